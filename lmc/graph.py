@@ -1,0 +1,94 @@
+"""The primitive graph a layer expands into.
+
+A layer's `build(g, x)` calls `g.param(...)` and `g.op(prim, ...)`; each `op` runs the
+primitive's shape rule at once, so building the graph *is* shape inference.  The lowering
+walks the same graph forward (calling each primitive's forward template) and in reverse
+(calling each backward and summing cotangents where a value fans out)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ShapeError
+from .types import TensorType
+
+
+@dataclass(frozen=True)
+class Param:
+    """A trainable tensor.  `init`: he (normal, std √(2/fan)), glorot, zeros, ones, normal."""
+    name: str
+    type: TensorType
+    init: str
+    fan_in: int = 0
+    fan_out: int = 0
+    std: float = 0.0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.dims
+
+
+@dataclass(frozen=True)
+class State:
+    """A non-trainable tensor the train step updates (BN running mean/var); init zeros/ones."""
+    name: str
+    type: TensorType
+    init: str
+
+
+@dataclass(eq=False)
+class Value:
+    type: TensorType
+    node: "Node | None" = None   # None for the graph input
+    id: int = 0
+
+
+@dataclass(eq=False)
+class Node:
+    prim: Any                    # a Prim instance (attributes bound)
+    inputs: list[Value]
+    params: list[Param]
+    state: list[State]
+    out: Value | None = None
+    layer: int = -1              # index of the spec layer this node came from
+    flops: int = 0
+
+
+class Graph:
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.params: list[Param] = []
+        self.state: list[State] = []
+        self._ids = 0
+        self.prefix = ""
+        self.layer = -1
+
+    def input(self, t: TensorType) -> Value:
+        self.x = self._value(t, None)
+        return self.x
+
+    def _value(self, t, node) -> Value:
+        self._ids += 1
+        return Value(t, node, self._ids)
+
+    def param(self, name: str, dims, init: str, **kw) -> Param:
+        dims = tuple(int(d) for d in dims)
+        if any(d <= 0 for d in dims):
+            raise ShapeError(f"parameter {name} would have shape {list(dims)}")
+        p = Param(self.prefix + name, TensorType(dims), init, **kw)
+        self.params.append(p)
+        return p
+
+    def stat(self, name: str, dims, init: str) -> State:
+        s = State(self.prefix + name, TensorType(tuple(dims)), init)
+        self.state.append(s)
+        return s
+
+    def op(self, prim_name: str, *inputs: Value, params=(), state=(), **attrs) -> Value:
+        from .prims import make_prim
+        prim = make_prim(prim_name, **attrs)
+        out_t, flops = prim.infer([v.type for v in inputs], [p.type for p in params])
+        node = Node(prim, list(inputs), list(params), list(state), layer=self.layer, flops=flops)
+        node.out = self._value(out_t, node)
+        self.nodes.append(node)
+        return node.out

@@ -1,0 +1,112 @@
+"""NetSpec → TypedNet: runs every layer's shape rule (by building its primitive graph, or its
+`infer` for spec-only kinds) and adds the layer's location to any error."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import LmcError, NotImplementedKind, ShapeError
+from .graph import Graph, Node, Param, State, Value
+from .spec import NetSpec
+from .types import TensorType
+
+
+@dataclass
+class LayerInfo:
+    index: int
+    kind: str
+    describe: str
+    out: TensorType
+    params: list[Param]
+    state: list[State]
+    flops: int
+    lowered: bool
+    loc: object
+
+
+@dataclass
+class TypedNet:
+    spec: NetSpec
+    batch: int
+    input: TensorType
+    graph: Graph
+    layers: list[LayerInfo]
+    output: Value
+
+    @property
+    def params(self) -> list[Param]:
+        return self.graph.params
+
+    @property
+    def state(self) -> list[State]:
+        return self.graph.state
+
+    @property
+    def total_params(self) -> int:
+        return sum(p.type.size for p in self.params)
+
+    @property
+    def total_flops(self) -> int:
+        return sum(l.flops for l in self.layers)
+
+    @property
+    def num_classes(self) -> int | None:
+        o = self.output.type
+        return o.dims[1] if o.rank == 2 else None
+
+    @property
+    def unlowered(self) -> list[LayerInfo]:
+        return [l for l in self.layers if not l.lowered]
+
+
+def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
+    """Shape-check every layer for a batch of `batch` (default: the recipe's batch_size, else 1)."""
+    if batch is None:
+        batch = spec.train.batch_size if spec.train is not None else 1
+    g = Graph()
+    x0 = g.input(TensorType((batch,) + tuple(spec.input)))
+    x = x0
+    infos = []
+    for entry in spec.layers:
+        layer = entry.layer
+        g.prefix = f"{entry.index:02d}.{layer.kind}."
+        g.layer = entry.index
+        n_params, n_state, n_nodes = len(g.params), len(g.state), len(g.nodes)
+        where = f"layer {entry.index} ({layer.kind})"
+        try:
+            if layer.lowered:
+                x = layer.build(g, x, spec)
+                lowered = True
+            else:
+                inf = layer.infer(x.type, spec)
+                for p in inf.params:
+                    g.params.append(_prefixed(p, g.prefix))
+                for s in inf.state:
+                    g.state.append(_prefixed(s, g.prefix))
+                node = Node(None, [x], g.params[n_params:], g.state[n_state:], layer=entry.index, flops=inf.flops)
+                node.out = g._value(inf.out, node)
+                g.nodes.append(node)
+                x = node.out
+                lowered = False
+        except ShapeError as e:
+            e.message = f"{where}: {e.message}"
+            raise e.located(entry.loc)
+        except NotImplementedKind:
+            raise
+        except LmcError as e:
+            raise e.located(entry.loc)
+        except OverflowError:
+            raise ShapeError(f"{where}: sizes overflow", entry.loc) from None
+        for d in x.type.dims:
+            if d <= 0:
+                raise ShapeError(f"{where}: output shape {x.type.shape_str()} has an empty dimension", entry.loc)
+        if x.type.size > 2**40:
+            raise ShapeError(f"{where}: output {x.type.shape_str()} is absurdly large", entry.loc)
+        nodes = g.nodes[n_nodes:]
+        infos.append(LayerInfo(entry.index, layer.kind, layer.describe(), x.type, g.params[n_params:],
+                               g.state[n_state:], sum(n.flops for n in nodes), lowered, entry.loc))
+    return TypedNet(spec, batch, x0.type, g, infos, x)
+
+
+def _prefixed(p, prefix):
+    import dataclasses
+    return dataclasses.replace(p, name=prefix + p.name) if not p.name.startswith(prefix) else p

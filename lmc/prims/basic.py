@@ -1,0 +1,138 @@
+"""Elementwise and shape primitives: activation, bias, add, reshape, global average pool."""
+from __future__ import annotations
+
+import math
+
+from ..errors import ShapeError
+from ..types import TensorType, flt
+from . import Prim, primitive
+
+GELU_C = 0.7978845608028654  # sqrt(2/pi): tanh-form GELU, as the reference and jax.nn.gelu(approximate=True)
+
+
+@primitive("act")
+class Act(Prim):
+    """y = act(x), elementwise.  Saves x (the pre-activation).
+    gelu is the tanh form 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))), as the Lean kit and jax.nn.gelu."""
+    inputs = ("x",)
+    params = ()
+    examples = [(dict(kind=k), [TensorType((3, 5))], []) for k in
+                ("relu", "relu6", "swish", "h_swish", "gelu", "sigmoid", "h_sigmoid")]
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        return x, x.size
+
+    @staticmethod
+    def reference(xp, x, kind):
+        if kind == "relu":
+            return xp.maximum(x, 0.0)
+        if kind == "relu6":
+            return xp.minimum(xp.maximum(x, 0.0), 6.0)
+        if kind == "swish":
+            return x / (1.0 + xp.exp(-x))
+        if kind == "h_swish":
+            return x * xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0
+        if kind == "h_sigmoid":
+            return xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0
+        if kind == "sigmoid":
+            return 1.0 / (1.0 + xp.exp(-x))
+        if kind == "gelu":
+            return 0.5 * x * (1.0 + xp.tanh(GELU_C * (x + 0.044715 * x ** 3)))
+        raise ValueError(kind)
+
+    # kinks to keep random test inputs away from
+    kinks = {"relu": [0.0], "relu6": [0.0, 6.0], "h_swish": [-3.0, 3.0], "h_sigmoid": [-3.0, 3.0]}
+
+
+@primitive("bias")
+class Bias(Prim):
+    """y = x + b broadcast along dim 1 (channels of NCHW, features of [B, F], or dim 1 of any rank)."""
+    inputs = ("x",)
+    params = ("b",)
+    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))])]
+
+    def infer(self, ins, ps):
+        (x,), (b,) = ins, ps
+        if x.rank < 2 or b.dims != (x.dims[1],):
+            raise ShapeError(f"bias of shape {b.shape_str()} does not match {x.shape_str()}")
+        return x, x.size
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        return {"other_dims": [d for d in range(ins[0].rank) if d != 1]}
+
+    @staticmethod
+    def reference(xp, x, b):
+        return x + b.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+@primitive("add")
+class Add(Prim):
+    """y = a + b (a residual join).  bwd sends dy to both."""
+    inputs = ("a", "b_in")
+    params = ()
+    n_inputs = 2
+    examples = [({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 4, 4))], [])]
+
+    def infer(self, ins, ps):
+        a, b = ins
+        if a.dims != b.dims:
+            raise ShapeError(f"cannot add {a.shape_str()} and {b.shape_str()}")
+        return a, a.size
+
+    def saved(self, ins, ps, out):
+        return []
+
+    @staticmethod
+    def reference(xp, a, b):
+        return a + b
+
+
+@primitive("reshape")
+class Reshape(Prim):
+    """y = reshape(x) to `dims` (row-major; flatten is [B, C·H·W])."""
+    inputs = ("x",)
+    params = ()
+    examples = [(dict(dims=(2, 60)), [TensorType((2, 3, 4, 5))], [])]
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        out = TensorType(tuple(self.dims))
+        if out.size != x.size:
+            raise ShapeError(f"cannot reshape {x.shape_str()} to {out.shape_str()}")
+        return out, 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    @staticmethod
+    def reference(xp, x, dims):
+        return x.reshape(dims)
+
+
+@primitive("global_avg_pool")
+class GlobalAvgPool(Prim):
+    """y[b, c] = mean over H, W of x[b, c, :, :]."""
+    inputs = ("x",)
+    params = ()
+    examples = [({}, [TensorType((2, 3, 4, 5))], [])]
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if x.rank != 4:
+            raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.shape_str()}")
+        return TensorType(x.dims[:2]), x.size
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        h, w = ins[0].dims[2:]
+        return {"inv_hw": flt(1.0 / (h * w))}
+
+    @staticmethod
+    def reference(xp, x):
+        return x.mean(axis=(2, 3))

@@ -1,0 +1,27 @@
+"""dense: y = x·w + b with w laid out [fan_in, fan_out] (the Lean kit's layout)."""
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..types import TensorType
+from . import Prim, primitive
+
+
+@primitive("dense")
+class Dense(Prim):
+    """y = x·w + b.  x [B, K], w [K, N], b [N].  Saves x."""
+    inputs = ("x",)
+    params = ("w", "b")
+    examples = [({}, [TensorType((4, 5))], [TensorType((5, 3)), TensorType((3,))]),
+                ({}, [TensorType((1, 7))], [TensorType((7, 2)), TensorType((2,))])]
+
+    def infer(self, ins, ps):
+        (x,), (w, b) = ins, ps
+        if x.rank != 2:
+            raise ShapeError(f"expected a rank-2 input [batch, features], got {x.shape_str()}")
+        if x.dims[1] != w.dims[0]:
+            raise ShapeError(f"fan_in={w.dims[0]} but the input has {x.dims[1]} features")
+        return TensorType((x.dims[0], w.dims[1])), 2 * x.dims[0] * w.dims[0] * w.dims[1]
+
+    @staticmethod
+    def reference(xp, x, w, b):
+        return x @ w + b

@@ -1,0 +1,52 @@
+"""batch_norm: per-channel normalization over (batch, height, width) with batch statistics in
+training and running statistics in eval (ε = 1e-5, biased variance, as the Lean kit)."""
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..types import TensorType, flt
+from . import Prim, primitive
+
+EPS = 1e-5
+
+
+@primitive("batch_norm")
+class BatchNorm(Prim):
+    """y = γ·(x − μ)·rsqrt(σ² + ε) + β, μ/σ² over [0, 2, 3] (or [0] for [B, C]).
+    Saves x̂ and rsqrt(σ²+ε); also returns (μ, σ²) as stats for the running estimates.
+    bwd: dγ = Σ dy·x̂, dβ = Σ dy, dx = rstd/N·(N·dx̂ − Σdx̂ − x̂·Σ(dx̂·x̂)), dx̂ = dy·γ."""
+    inputs = ("x",)
+    params = ("gamma", "beta")
+    n_stats = 2
+    has_eval = True
+    examples = [({}, [TensorType((3, 4, 5, 5))], [TensorType((4,)), TensorType((4,))]),
+                ({}, [TensorType((2, 3, 1, 1))], [TensorType((3,)), TensorType((3,))]),
+                ({}, [TensorType((6, 5))], [TensorType((5,)), TensorType((5,))])]
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if x.rank not in (2, 4):
+            raise ShapeError(f"batch norm expects [batch, channels(, height, width)], got {x.shape_str()}")
+        c = x.dims[1]
+        for p in ps:
+            if p.dims != (c,):
+                raise ShapeError(f"batch norm over {c} channels got a parameter of shape {p.shape_str()}")
+        return x, 8 * x.size
+
+    def saved(self, ins, ps, out):
+        return [ins[0], ps[0]]     # x̂ (shape of x) and rsqrt(σ²+ε) (shape [C])
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        n = x.size // x.dims[1]
+        b = x.dims[0]
+        bc = TensorType((b, x.dims[1]))
+        return {"spatial": x.rank == 4, "bc": bc.mlir, "inv_n": flt(1.0 / n), "eps": flt(EPS),
+                "c": ps[0].mlir}
+
+    @staticmethod
+    def reference(xp, x, gamma, beta):
+        axes = (0, 2, 3) if x.ndim == 4 else (0,)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        mu = x.mean(axis=axes, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+        return (x - mu) / xp.sqrt(var + EPS) * gamma.reshape(shape) + beta.reshape(shape)
