@@ -1,0 +1,73 @@
+"""Datasets for training: load one into host RAM, fit it to the spec, batch it.
+
+    ds = load_dataset("mnist", "data/mnist", input_shape=(1, 28, 28), num_classes=10)
+    batches = Batcher(ds, 128, seed=0, augment=False)
+    for xb, yb in batches.epoch(0): ...
+    for xb, yb, n_valid in eval_batches(ds.x_val, ds.y_val, 128): ...
+
+Kinds: mnist (IDX files), cifar10 (binary batches), imagenette (class-per-folder images),
+npz (one .npz file), synthetic (drawn from the seed), digits (scikit-learn's embedded 8x8
+digits, the default: never downloads).  One module per kind; pure numpy + Pillow.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from lmc.data import cifar10, digits, imagenette, mnist, npz, synthetic
+from lmc.data.batcher import Batcher, eval_batches
+from lmc.data.dataset import Dataset, check_labels, fit_shape
+from lmc.errors import DataError
+
+__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED"]
+
+KINDS = ("mnist", "cifar10", "imagenette", "npz", "synthetic", "digits")
+# Kinds the reference knows (training.md §4) that lmc does not load yet.
+UNSUPPORTED = ("pets", "imagenet", "pets_det", "brats", "brats224")
+
+
+def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
+                 num_classes: int | None, *, seed: int = 0, **options) -> Dataset:
+    """Load dataset `kind` from `path` and fit it to the spec.
+
+    input_shape: the spec's per-example shape, e.g. (1, 28, 28), (784,), (1, 8, 8) or (64,);
+    the examples are reshaped to it when the element counts agree, else DataError.
+    num_classes: the spec head's class count (None: take the dataset's); a label outside
+    [0, num_classes) is a DataError naming the file and the label.
+    seed: drives the synthetic data only (the fixed splits of digits/npz never depend on it).
+    options: extra keyword arguments for the loader (synthetic: n_train, n_val, signal).
+    """
+    input_shape = tuple(int(d) for d in input_shape)
+    ds = _load(kind, path, input_shape, num_classes, seed, options)
+    if ds.train_crop is None:
+        ds.x_train = fit_shape(ds.x_train, input_shape, ds.source("x_train"))
+    ds.x_val = fit_shape(ds.x_val, input_shape, ds.source("x_val"))
+    check_labels(ds.y_train, num_classes, ds.source("y_train"))
+    check_labels(ds.y_val, num_classes, ds.source("y_val"))
+    if num_classes is not None:
+        ds.num_classes = num_classes
+    return ds
+
+
+def _load(kind, path, input_shape, num_classes, seed, options) -> Dataset:
+    if kind in UNSUPPORTED:
+        raise DataError(f"dataset kind {kind} is not supported yet "
+                        f"(supported: {', '.join(KINDS)})")
+    if kind not in KINDS:
+        raise DataError(f"unknown dataset kind '{kind}' (known: {', '.join(KINDS)})")
+    if kind == "synthetic":
+        known = set(inspect.signature(synthetic.load).parameters) - {"input_shape", "num_classes", "seed"}
+        if set(options) - known:
+            raise DataError(f"dataset kind synthetic takes no option(s) "
+                            f"{', '.join(sorted(set(options) - known))} (known: {', '.join(sorted(known))})")
+        return synthetic.load(input_shape, num_classes, seed=seed, **options)
+    if options:
+        raise DataError(f"dataset kind {kind} takes no options (got {', '.join(sorted(options))})")
+    if kind == "digits":
+        return digits.load()
+    if path is None:
+        raise DataError(f"dataset kind {kind} needs a data path")
+    path = Path(path).expanduser()
+    if kind == "imagenette":
+        return imagenette.load(path, input_shape)
+    return {"mnist": mnist.load, "cifar10": cifar10.load, "npz": npz.load}[kind](path)

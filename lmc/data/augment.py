@@ -1,0 +1,82 @@
+"""Training-time augmentations of one batch of images [B, C, H, W] (float32, normalized).
+
+Each function works on the whole batch at once and takes its randomness from the Generator it
+is given, so the Batcher can derive that Generator from (seed, epoch, step) alone and a
+resumed run augments exactly as an uninterrupted one.  References: training.md §4 (cifar:
+hflip; imagenette: random 224 crop of 256 + hflip; random erasing as timm/the reference).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def crop(x: np.ndarray, top: np.ndarray, left: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Per-image window x[b, :, top[b]:top[b]+h, left[b]:left[b]+w].
+
+    A loop over the batch of plain slice copies: for 32 x 3 x 256 x 256 it is ~15x faster than
+    one fancy-index gather, which computes an index per element.
+    """
+    out = np.empty((x.shape[0], x.shape[1], h, w), dtype=x.dtype)
+    for b, (t, l) in enumerate(zip(top.tolist(), left.tolist())):
+        out[b] = x[b, :, t:t + h, l:l + w]
+    return out
+
+
+def center_crop(x: np.ndarray, h: int, w: int) -> np.ndarray:
+    """The reference's no-augment path for stored-larger images (offset 16 for 256 -> 224)."""
+    top, left = (x.shape[2] - h) // 2, (x.shape[3] - w) // 2
+    return np.ascontiguousarray(x[:, :, top:top + h, left:left + w])
+
+
+def random_crop(x: np.ndarray, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly placed h x w window per image (offsets in [0, H-h] and [0, W-w])."""
+    b = x.shape[0]
+    top = rng.integers(0, x.shape[2] - h + 1, size=b)
+    left = rng.integers(0, x.shape[3] - w + 1, size=b)
+    return crop(x, top, left, h, w)
+
+
+def pad_crop(x: np.ndarray, pad: int, rng: np.random.Generator) -> np.ndarray:
+    """Zero-pad `pad` pixels on every side, then crop back to H x W at a random offset."""
+    if pad <= 0:
+        return x
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    return random_crop(padded, x.shape[2], x.shape[3], rng)
+
+
+def hflip(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Mirror each image left-right with probability 1/2."""
+    flip = rng.random(x.shape[0]) < 0.5
+    out = x.copy()                  # copy + masked assignment: ~4x faster than np.where here
+    out[flip] = x[flip][:, :, :, ::-1]
+    return out
+
+
+def random_erasing(x: np.ndarray, p: float, rng: np.random.Generator, attempts: int = 10) -> np.ndarray:
+    """With probability p per image, replace a rectangle (all channels) by N(0, 1) noise.
+
+    The rectangle has area U(0.02, 0.33)*H*W and log-uniform aspect ratio in [0.3, 3.3]; of up
+    to `attempts` draws the first that fits inside the image is used (none fits: no erasing).
+    """
+    b, c, hgt, wid = x.shape
+    erase = rng.random(b) < p
+    area = rng.uniform(0.02, 0.33, size=(b, attempts)) * hgt * wid
+    aspect = np.exp(rng.uniform(math.log(0.3), math.log(3.3), size=(b, attempts)))
+    h = np.rint(np.sqrt(area * aspect)).astype(np.int64)
+    w = np.rint(np.sqrt(area / aspect)).astype(np.int64)
+    fits = (h < hgt) & (w < wid) & (h > 0) & (w > 0)
+    first = fits.argmax(axis=1)                              # first fitting attempt
+    chosen = erase & fits.any(axis=1)
+    h, w = h[np.arange(b), first], w[np.arange(b), first]
+    # Offsets are drawn for the whole batch at once; those of images not erased go unused.
+    top = (rng.random(b) * (hgt - h + 1)).astype(np.int64)
+    left = (rng.random(b) * (wid - w + 1)).astype(np.int64)
+    out = x.copy()
+    # Only the boxes are filled, image by image: drawing noise for whole images and masking
+    # costs ~3x more on 224x224 batches.
+    for i in np.flatnonzero(chosen).tolist():
+        t, l, bh, bw = int(top[i]), int(left[i]), int(h[i]), int(w[i])
+        out[i, :, t:t + bh, l:l + bw] = rng.standard_normal((c, bh, bw), dtype=np.float32)
+    return out

@@ -1,0 +1,197 @@
+"""Fixed-size training batches (prefetched in a background thread) and padded eval batches.
+
+Input: a `Dataset`.  Output: (x, y) batches of exactly `batch_size` rows for the static-shape
+train step, and (x, y, n_valid) eval batches whose last one is zero-padded.
+
+Determinism: epoch e's order is a permutation drawn from (seed, e) alone and step s's
+augmentation from (seed, e, s) alone.  Unlike the reference (which shuffles cumulatively, each
+epoch permuting the previous order) nothing carries over between epochs, so a run resumed at
+(epoch, start_step) sees exactly the batches an uninterrupted run would have seen.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+from lmc.data import augment as aug
+from lmc.data.dataset import Dataset
+from lmc.errors import DataError
+
+# Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
+_SHUFFLE, _AUGMENT = 0, 1
+
+
+def _rng(seed: int, *keys: int) -> np.random.Generator:
+    return np.random.default_rng([seed % 2**64, *keys])
+
+
+class Batcher:
+    """Yields fixed-size training batches, prepared in a background thread (queue of depth
+    `prefetch`, default 2) so the device never waits for the host.
+
+    steps_per_epoch = N // batch_size: the remainder is dropped each epoch, as the reference.
+    augment (image inputs only): random crop + random horizontal flip.  The crop is a random
+    H x W window of the larger stored image when the dataset has `train_crop` (imagenette),
+    else a zero-padded crop with `pad_crop` pixels per side (pad_crop=0: flip only, the
+    reference's cifar recipe).  Without augment, stored-larger images are centre-cropped.
+    random_erasing: probability per image of erasing a rectangle with N(0, 1) noise (0 = off).
+    """
+
+    def __init__(self, ds: Dataset, batch_size: int, *, seed: int, shuffle: bool = True,
+                 augment: bool = False, random_erasing: float = 0.0, pad_crop: int = 4,
+                 prefetch: int = 2):
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if not 0.0 <= random_erasing <= 1.0:
+            raise ValueError(f"random_erasing is a probability, got {random_erasing}")
+        n = len(ds.x_train)
+        if n < batch_size:
+            raise DataError(f"{ds.source('x_train')}: {n} training examples, fewer than one "
+                            f"batch of {batch_size}", hint="use a smaller batch size")
+        image = ds.x_train.ndim == 4
+        if (augment or random_erasing > 0) and not image:
+            raise DataError(
+                f"{ds.source('x_train')}: augmentation needs image inputs [C, H, W], but the "
+                f"examples have shape {tuple(ds.x_train.shape[1:])}",
+                hint="turn augment/random_erasing off, or give the spec an image input")
+        self.ds = ds
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.augment = augment
+        self.random_erasing = random_erasing
+        self.pad_crop = pad_crop
+        self.prefetch = max(1, prefetch)
+        self.steps_per_epoch = n // batch_size
+        self._order_cache: tuple[int, np.ndarray] | None = None
+
+    def order(self, epoch: int) -> np.ndarray:
+        """Example indices of epoch `epoch`, a function of (seed, epoch) only."""
+        if not self.shuffle:
+            return np.arange(len(self.ds.x_train))
+        cached = self._order_cache
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        perm = _rng(self.seed, _SHUFFLE, epoch).permutation(len(self.ds.x_train))
+        self._order_cache = (epoch, perm)
+        return perm
+
+    def batch(self, epoch: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batch `step` of epoch `epoch`, computed here in the calling thread."""
+        if not 0 <= step < self.steps_per_epoch:
+            raise IndexError(f"step {step} outside [0, {self.steps_per_epoch})")
+        idx = self.order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
+        x = self.ds.x_train[idx]                      # fancy indexing: a fresh copy, safe to alter
+        y = self.ds.y_train[idx]
+        return self._transform(x, _rng(self.seed, _AUGMENT, epoch, step)), y
+
+    def _transform(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        crop = self.ds.train_crop
+        if self.augment:
+            x = aug.random_crop(x, *crop, rng) if crop else aug.pad_crop(x, self.pad_crop, rng)
+            x = aug.hflip(x, rng)
+        elif crop:
+            x = aug.center_crop(x, *crop)
+        if self.random_erasing > 0:
+            x = aug.random_erasing(x, self.random_erasing, rng)
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Batches start_step .. steps_per_epoch-1 of epoch `epoch`.  Preparation starts now, in
+        a background thread; breaking out of the loop (or dropping the iterator) stops it."""
+        if not 0 <= start_step <= self.steps_per_epoch:
+            raise IndexError(f"start_step {start_step} outside [0, {self.steps_per_epoch}]")
+        return _Prefetch(lambda step: self.batch(epoch, step),
+                         range(start_step, self.steps_per_epoch), self.prefetch,
+                         name=f"lmc-batcher-e{epoch}")
+
+
+class _Failure:
+    """Carries an exception from the producer thread to the consumer, which re-raises it."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+_END = object()
+
+
+class _Prefetch:
+    """Iterator over make(step) for step in steps, computed ahead by one daemon thread.
+
+    The thread holds no reference to this object, so dropping the iterator (garbage
+    collection) stops the thread just as close() does.
+    """
+
+    def __init__(self, make, steps: range, depth: int, name: str):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=_produce, args=(make, steps, self._queue, self._stop),
+                                         name=name, daemon=True)
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _END or isinstance(item, _Failure):
+            self.close()
+            if isinstance(item, _Failure):
+                raise item.exc
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __del__(self):
+        self._stop.set()
+
+
+def _produce(make, steps: range, q: queue.Queue, stop: threading.Event) -> None:
+    def put(item) -> bool:
+        # Wait for room, but look at `stop` every 0.1 s so an abandoned epoch ends the thread.
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for step in steps:
+            if not put(make(step)):
+                return
+        put(_END)
+    except BaseException as e:   # noqa: BLE001 -- handed to the consumer, which re-raises it
+        put(_Failure(e))
+
+
+def eval_batches(x: np.ndarray, y: np.ndarray, batch_size: int
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """All of (x, y) in order, as (xb, yb, n_valid) with exactly batch_size rows each.
+
+    The last partial batch is zero-padded and n_valid says how many of its rows are real; only
+    those may be scored.  (The reference drops the tail instead; padding scores every example
+    and is safe because eval-mode normalization is per-example.)
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    for start in range(0, len(x), batch_size):
+        xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+        n = len(xb)
+        if n < batch_size:
+            xb = np.concatenate([xb, np.zeros((batch_size - n, *x.shape[1:]), dtype=x.dtype)])
+            yb = np.concatenate([yb, np.zeros(batch_size - n, dtype=y.dtype)])
+        yield xb, yb, n
