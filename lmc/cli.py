@@ -1,0 +1,189 @@
+"""Command line: `lmc validate | info | render | compile | train | eval | bench | plot | layers`.
+Commands are thin: parse options, call one pipeline function, print.  Artifacts go to stdout
+or -o; progress and errors to stderr.  Every LmcError exits with code 2."""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import LmcError
+
+app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
+                  help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.")
+console = Console()
+err = Console(stderr=True)
+
+SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML).", show_default=False)]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
+
+
+@contextlib.contextmanager
+def user_errors():
+    """LmcError → its message on stderr, exit code 2.  Anything else is a bug (traceback)."""
+    try:
+        yield
+    except LmcError as e:
+        err.print(e.render(), markup=False, highlight=False)
+        raise typer.Exit(2)
+
+
+def _load(spec: Path, sets, batch=None):
+    from .infer import infer
+    from .spec import load_spec
+    s = load_spec(spec, sets)
+    return infer(s, batch)
+
+
+def _version(value: bool):
+    if value:
+        from importlib.metadata import version
+        from .compile import compiler_version, find_compiler
+        try:
+            cv = compiler_version(find_compiler())
+        except LmcError:
+            cv = "iree-compile not found"
+        console.print(f"lmc {version('lmc')} ({cv})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print lmc's and the IREE compiler's versions.")] = False):
+    pass
+
+
+@app.command()
+def validate(spec: SpecArg, set: SetOpt = None) -> None:
+    """Parse SPEC and shape-check every layer; exit 0 if it is valid, else print every error
+    (`file:line:col: message`) and exit 2."""
+    with user_errors():
+        net = _load(spec, set)
+        from .config import check_against_net
+        if net.spec.train is not None:
+            check_against_net(net.spec.train, net.num_classes, lambda f: net.spec.layers[-1].loc)
+    err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, output {net.output.type.shape_str()}")
+
+
+def _fmt_flops(n: int) -> str:
+    for unit, k in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= k:
+            return f"{n / k:.2f}{unit}"
+    return str(n)
+
+
+@app.command()
+def info(spec: SpecArg,
+         params: Annotated[bool, typer.Option("--params", help="List every parameter tensor (name, shape, init) in ABI order.")] = False,
+         as_json: Annotated[bool, typer.Option("--json", help="Print the same information as JSON.")] = False,
+         batch: Annotated[Optional[int], typer.Option(help="Batch size for shapes and FLOPs (default: the recipe's, else 1).")] = None,
+         set: SetOpt = None) -> None:
+    """Print SPEC's layers as a table: output shape, parameters and forward FLOPs per layer, totals."""
+    with user_errors():
+        net = _load(spec, set, batch)
+    if as_json:
+        out = {"name": net.spec.name, "input_shape": list(net.input.dims), "output_shape": list(net.output.type.dims),
+               "total_params": net.total_params, "total_flops": net.total_flops,
+               "layers": [{"index": l.index, "kind": l.kind, "layer": l.describe, "output_shape": list(l.out.dims),
+                           "params": sum(p.type.size for p in l.params), "flops": l.flops, "lowered": l.lowered}
+                          for l in net.layers],
+               "params": [{"name": p.name, "shape": list(p.type.dims), "init": p.init} for p in net.params],
+               "state": [{"name": s.name, "shape": list(s.type.dims), "init": s.init} for s in net.state]}
+        print(json.dumps(out, indent=2))
+        return
+    t = Table(title=f"{net.spec.name}  (input {net.input.shape_str()})")
+    for c in ("#", "layer", "output", "params", "FLOPs"):
+        t.add_column(c, justify="right" if c in ("#", "params", "FLOPs") else "left")
+    for l in net.layers:
+        mark = "" if l.lowered else " [dim](shape only)[/dim]"
+        t.add_row(str(l.index), l.describe + mark, l.out.shape_str(), f"{sum(p.type.size for p in l.params):,}", _fmt_flops(l.flops))
+    t.add_section()
+    t.add_row("", "total", net.output.type.shape_str(), f"{net.total_params:,}", _fmt_flops(net.total_flops))
+    console.print(t)
+    if params:
+        pt = Table(title="parameters (train-step argument order)")
+        for c in ("#", "name", "shape", "init"):
+            pt.add_column(c)
+        for i, p in enumerate(net.params):
+            pt.add_row(str(i), p.name, p.type.shape_str(), p.init)
+        for s in net.state:
+            pt.add_row("", s.name + " [dim](state)[/dim]", s.type.shape_str(), s.init)
+        console.print(pt)
+
+
+@app.command()
+def render(spec: SpecArg,
+           output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
+           function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward or all.")] = "all",
+           batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
+           set: SetOpt = None) -> None:
+    """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
+    from .lower import lower
+    with user_errors():
+        if function not in ("train_step", "forward", "all"):
+            raise LmcError(f"--function must be train_step, forward or all, got {function!r}")
+        text = lower(_load(spec, set, batch), function)
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {output} ({len(text):,} bytes)")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command("compile")
+def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a StableHLO module (.mlir).")],
+                output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the .vmfb (default: build/<name>.vmfb).")] = None,
+                backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+                chip: Annotated[Optional[str], typer.Option(help="Target chip: sm_86 (cuda), gfx1100 (rocm), host (llvm-cpu); default $IREE_CHIP.")] = None,
+                verbose: Annotated[bool, typer.Option("--verbose", help="Print the compiler command and keep the .mlir next to the cache entry.")] = False,
+                set: SetOpt = None) -> None:
+    """Compile SOURCE with iree-compile (cached by module text, flags and compiler version)."""
+    from .compile import compile_module, resolve_backend
+    from .lower import lower
+    with user_errors():
+        if source.suffix == ".mlir":
+            try:
+                text = source.read_text()
+            except OSError as e:
+                raise LmcError(f"cannot read {source}: {e.strerror}")
+            name = source.stem
+        else:
+            net = _load(source, set)
+            text = lower(net)
+            name = net.spec.name + (f"-{net.spec.build_tag}" if net.spec.build_tag else "")
+        b = resolve_backend(backend)
+        out = output or Path("build") / f"{name}.{b}.vmfb"
+        err.print(f"compiling {name} for {b} → {out}")
+        c = compile_module(text, out, backend, chip, verbose)
+    if verbose:
+        err.print(" ".join(c.command))
+    err.print(f"{'cached' if c.cached else 'compiled'} in {c.seconds:.1f}s: {out} ({out.stat().st_size:,} bytes)")
+
+
+@app.command()
+def layers() -> None:
+    """List every registered layer kind with its fields and whether it lowers yet."""
+    import dataclasses
+    from .layers import all_layers
+    t = Table()
+    for c in ("kind", "fields", "lowers"):
+        t.add_column(c)
+    for kind, cls in sorted(all_layers().items()):
+        fields = ", ".join(f.name + ("" if f.default is dataclasses.MISSING else f"={getattr(f.default, 'value', f.default)}")
+                           for f in dataclasses.fields(cls))
+        t.add_row(kind, fields, "yes" if cls.build is not all_layers.__globals__["Layer"].build else "shape only")
+    console.print(t)
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    main()
