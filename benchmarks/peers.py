@@ -1,0 +1,215 @@
+"""The same net in JAX and PyTorch, built from lmc's own primitive graph (so the three
+implementations cannot drift apart), with the same loss and optimizer.  Benchmark-only:
+the lmc package never imports JAX or PyTorch.
+
+Each primitive maps to the framework's idiomatic fast op (lax.conv_general_dilated,
+F.conv2d, reduce_window / max_pool2d, ...), never to lmc's reference formulas."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lmc.config import effective_optimizer
+from lmc.fields import OptimizerKind
+from lmc.prims import same_pad
+
+
+# ----------------------------------------------------------------------------- JAX
+
+def jax_step(net, lr=1e-4):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    cfg = net.spec.train
+    g = net.graph
+    adam = effective_optimizer(cfg) == OptimizerKind.adam
+    mu, wd, eps_ls = cfg.momentum, cfg.weight_decay, cfg.label_smoothing
+
+    def act(x, kind):
+        return {"relu": jax.nn.relu, "relu6": jax.nn.relu6, "swish": jax.nn.silu,
+                "h_swish": jax.nn.hard_swish, "gelu": lambda v: jax.nn.gelu(v, approximate=True),
+                "sigmoid": jax.nn.sigmoid, "h_sigmoid": jax.nn.hard_sigmoid}[kind](x)
+
+    def run(params, x):
+        val = {g.x.id: x}
+        stats = []
+        pi = {p.name: i for i, p in enumerate(g.params)}
+        for n in g.nodes:
+            ins = [val[v.id] for v in n.inputs]
+            ps = [params[pi[p.name]] for p in n.params]
+            a = n.prim.attrs
+            k = n.prim.name
+            if k == "conv":
+                ph0, ph1, pw0, pw1 = a["pad"]
+                y = lax.conv_general_dilated(ins[0], ps[0], (a["stride"],) * 2, [(ph0, ph1), (pw0, pw1)],
+                                             feature_group_count=a["groups"],
+                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            elif k == "batch_norm":
+                axes = (0, 2, 3) if ins[0].ndim == 4 else (0,)
+                shp = (1, -1) + (1,) * (ins[0].ndim - 2)
+                m = ins[0].mean(axes)
+                v = ((ins[0] - m.reshape(shp)) ** 2).mean(axes)
+                y = (ins[0] - m.reshape(shp)) * lax.rsqrt(v.reshape(shp) + 1e-5) * ps[0].reshape(shp) + ps[1].reshape(shp)
+                stats += [m, v]
+            elif k == "act":
+                y = act(ins[0], a["kind"])
+            elif k == "bias":
+                y = ins[0] + ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2))
+            elif k == "add":
+                y = ins[0] + ins[1]
+            elif k == "reshape":
+                y = ins[0].reshape(a["dims"])
+            elif k == "dense":
+                y = ins[0] @ ps[0] + ps[1]
+            elif k == "global_avg_pool":
+                y = ins[0].mean((2, 3))
+            elif k == "max_pool":
+                h, w = ins[0].shape[2:]
+                ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+                y = lax.reduce_window(ins[0], -jnp.inf, lax.max, (1, 1, a["size"], a["size"]),
+                                      (1, 1, a["stride"], a["stride"]), [(0, 0), (0, 0), ph, pw])
+            else:
+                raise NotImplementedError(k)
+            val[n.out.id] = y
+        return val[net.output.id], stats
+
+    nc = net.output.type.dims[-1]
+
+    def loss_fn(params, x, y):
+        logits, stats = run(params, x)
+        t = jax.nn.one_hot(y, nc) * (1 - eps_ls) + eps_ls / nc
+        return -(t * jax.nn.log_softmax(logits)).sum() / x.shape[0], stats
+
+    def step(params, opt, x, y, t):
+        (l, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, y)
+        if adam:
+            m, v = opt
+            m = [0.9 * a + 0.1 * gr for a, gr in zip(m, grads)]
+            v = [0.999 * a + 0.001 * gr * gr for a, gr in zip(v, grads)]
+            c1, c2 = 1 - 0.9 ** t, 1 - 0.999 ** t
+            params = [p - lr * (mm / c1) / (jnp.sqrt(vv / c2) + 1e-8) - lr * wd * p
+                      for p, mm, vv in zip(params, m, v)]
+            opt = (m, v)
+        elif mu > 0:
+            grads = [gr + wd * p for gr, p in zip(grads, params)]
+            opt = [mu * b + gr for b, gr in zip(opt, grads)]
+            params = [p - lr * b for p, b in zip(params, opt)]
+        else:
+            params = [p - lr * (gr + wd * p) for p, gr in zip(params, grads)]
+        return params, opt, l, stats
+
+    rng = np.random.default_rng(0)
+    params = [jnp.asarray((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32)) for p in g.params]
+    if adam:
+        opt = ([jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params])
+    elif mu > 0:
+        opt = [jnp.zeros_like(p) for p in params]
+    else:
+        opt = []
+    x = jnp.asarray(rng.standard_normal(net.input.dims).astype(np.float32))
+    y = jnp.asarray(rng.integers(0, nc, net.batch).astype(np.int32))
+    jstep = jax.jit(step, donate_argnums=(0, 1))
+    state = {"params": params, "opt": opt, "t": 1.0}
+
+    def call():
+        p, o, l, _ = jstep(state["params"], state["opt"], x, y, state["t"])
+        l.block_until_ready()
+        state["params"], state["opt"] = p, o
+        state["t"] += 1
+
+    def hlo():
+        return jax.jit(step).lower(params, opt, x, y, 1.0).as_text()
+
+    return call, hlo
+
+
+# ----------------------------------------------------------------------------- PyTorch
+
+def torch_step(net, lr=1e-4, compile=False):
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    cfg = net.spec.train
+    g = net.graph
+    adam = effective_optimizer(cfg) == OptimizerKind.adam
+    nc = net.output.type.dims[-1]
+    rng = np.random.default_rng(0)
+    params = [torch.tensor((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32), requires_grad=True)
+              for p in g.params]
+    pi = {p.name: i for i, p in enumerate(g.params)}
+    acts = {"relu": F.relu, "relu6": F.relu6, "swish": F.silu, "h_swish": F.hardswish,
+            "gelu": lambda v: F.gelu(v, approximate="tanh"), "sigmoid": torch.sigmoid,
+            "h_sigmoid": F.hardsigmoid}
+
+    def run(x):
+        val = {g.x.id: x}
+        for n in g.nodes:
+            ins = [val[v.id] for v in n.inputs]
+            ps = [params[pi[p.name]] for p in n.params]
+            a = n.prim.attrs
+            k = n.prim.name
+            if k == "conv":
+                ph0, ph1, pw0, pw1 = a["pad"]
+                xin = ins[0]
+                if (ph0, pw0) == (ph1, pw1):
+                    y = F.conv2d(xin, ps[0], stride=a["stride"], padding=(ph0, pw0), groups=a["groups"])
+                else:
+                    y = F.conv2d(F.pad(xin, (pw0, pw1, ph0, ph1)), ps[0], stride=a["stride"], groups=a["groups"])
+            elif k == "batch_norm":
+                y = F.batch_norm(ins[0], None, None, ps[0], ps[1], training=True, eps=1e-5)
+            elif k == "act":
+                y = acts[a["kind"]](ins[0])
+            elif k == "bias":
+                y = ins[0] + ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2))
+            elif k == "add":
+                y = ins[0] + ins[1]
+            elif k == "reshape":
+                y = ins[0].reshape(a["dims"])
+            elif k == "dense":
+                y = torch.addmm(ps[1], ins[0], ps[0])
+            elif k == "global_avg_pool":
+                y = ins[0].mean((2, 3))
+            elif k == "max_pool":
+                h, w = ins[0].shape[2:]
+                ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+                y = F.max_pool2d(F.pad(ins[0], (pw[0], pw[1], ph[0], ph[1]), value=float("-inf")),
+                                 a["size"], a["stride"])
+            else:
+                raise NotImplementedError(k)
+            val[n.out.id] = y
+        return val[net.output.id]
+
+    def loss_fn(x, y):
+        return F.cross_entropy(run(x), y, label_smoothing=cfg.label_smoothing)
+
+    if compile:
+        loss_fn = torch.compile(loss_fn)
+    if adam:
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, eps=1e-8)
+    else:
+        opt = torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    x = torch.tensor(rng.standard_normal(net.input.dims).astype(np.float32))
+    y = torch.tensor(rng.integers(0, nc, net.batch))
+
+    def call():
+        opt.zero_grad(set_to_none=True)
+        l = loss_fn(x, y)
+        l.backward()
+        opt.step()
+        return float(l)
+
+    return call
+
+
+def time_calls(call, steps=10, warmup=3):
+    for _ in range(warmup):
+        call()
+    ts = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        call()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts)), ts

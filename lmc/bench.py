@@ -1,0 +1,91 @@
+"""`lmc bench`: how fast a spec's compiled train step and forward run (Caffe's `caffe time`).
+
+Measures compile time (cold, then cached), module load time, the train step (median and
+spread over N steps after warm-up, state device-resident: each step's outputs are the next
+step's inputs, exactly as `lmc train` runs), the forward (eval) function, images/s, achieved
+GFLOP/s (forward + backward ≈ 3× the forward FLOPs of `lmc info`) and peak host memory."""
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .compile import compile_module, resolve_backend
+from .infer import TypedNet
+from .lower import abi, hyperparams, lower
+from .runtime import Module
+
+
+def _initial(net: TypedNet, rng):
+    a = abi(net)
+    ps = [(rng.standard_normal(p.type.dims) * (0.05 if p.type.rank > 1 else 0.0) +
+           (1.0 if p.init == "ones" else 0.0)).astype(np.float32) for p in a.params]
+    opt = [np.zeros(p.type.dims, np.float32) for _ in a.opt_slots for p in a.params]
+    st = [np.full(s.type.dims, 1.0 if s.init == "ones" else 0.0, np.float32) for s in a.state]
+    x = rng.standard_normal(a.x.dims).astype(np.float32)
+    if a.labels.dtype == "i32":
+        y = rng.integers(0, a.logits.dims[-1], a.labels.dims).astype(np.int32)
+    else:
+        y = np.full(a.labels.dims, 1.0 / a.labels.dims[-1], np.float32)
+    return ps, opt, st, x, y
+
+
+def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
+          warmup: int = 3, forward: bool = True) -> dict:
+    backend = resolve_backend(backend)
+    text = lower(net)
+    t0 = time.perf_counter()
+    c = compile_module(text, backend=backend, chip=chip)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    c2 = compile_module(text, backend=backend, chip=chip)
+    cached_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    m = Module(c.path, backend)
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    ps, opt, st, x, y = _initial(net, rng)
+    up = m.upload
+    state = [up(a) for a in ps + opt + st]
+    xd, yd = up(x), up(y)
+    n_state = len(state)
+    hp = [up(np.array(hyperparams(net.spec.train, 1e-4, s + 1), np.float32)) for s in range(warmup + steps)]
+    times = []
+    for s in range(warmup + steps):
+        t0 = time.perf_counter()
+        out = m.train_step(*state, xd, yd, hp[s])
+        np.asarray(out[-2])            # wait for the step (reads back one scalar)
+        dt = time.perf_counter() - t0
+        state = list(out[:n_state])
+        if s >= warmup:
+            times.append(dt)
+    res = {
+        "name": net.spec.name, "backend": backend, "batch": net.batch,
+        "compile_s": round(compile_s, 3) if not c.cached else None,
+        "compile_cached_s": round(cached_s, 4), "load_s": round(load_s, 4),
+        "step_ms_median": 1e3 * statistics.median(times),
+        "step_ms_min": 1e3 * min(times), "step_ms_max": 1e3 * max(times),
+        "step_ms_iqr": 1e3 * (np.percentile(times, 75) - np.percentile(times, 25)),
+        "steps": steps,
+    }
+    med = statistics.median(times)
+    res["images_per_s"] = net.batch / med
+    res["train_gflops"] = 3 * net.total_flops / med / 1e9
+    if forward:
+        n_p, n_s = len(ps), len(st)
+        fargs = state[:n_p] + state[n_state - n_s:] + [xd]
+        ft = []
+        for s in range(warmup + steps):
+            t0 = time.perf_counter()
+            np.asarray(m.forward(*fargs))[:1]
+            if s >= warmup:
+                ft.append(time.perf_counter() - t0)
+        res["forward_ms_median"] = 1e3 * statistics.median(ft)
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["vmfb_bytes"] = Path(c.path).stat().st_size
+    res["params"] = net.total_params
+    res["forward_flops"] = net.total_flops
+    return res
