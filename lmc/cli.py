@@ -181,6 +181,44 @@ def layers() -> None:
     console.print(t)
 
 
+@app.command("bench")
+def bench_cmd(spec: SpecArg,
+              backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+              chip: Annotated[Optional[str], typer.Option(help="Target chip (see `lmc compile --help`).")] = None,
+              batch: Annotated[Optional[int], typer.Option(help="Batch size to measure (default: the recipe's).")] = None,
+              steps: Annotated[int, typer.Option(help="Timed train steps after 3 warm-up steps.")] = 20,
+              as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
+              cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
+              set: SetOpt = None) -> None:
+    """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes:
+    compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s, peak memory."""
+    from .bench import bench
+    with user_errors():
+        net = _load(spec, set, batch)
+        if net.spec.train is None:
+            raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
+        if steps < 1:
+            raise LmcError(f"--steps must be at least 1, got {steps}")
+        r = bench(net, backend, chip, steps=steps, cold=cold)
+    if as_json:
+        print(json.dumps(r, indent=2))
+        return
+    t = Table(title=f"lmc bench: {r['name']} on {r['backend']} (batch {r['batch']})")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    rows = [("compile (cold)", "cached (use --cold)" if r["compile_s"] is None else f"{r['compile_s']:.2f} s"),
+            ("compile (cached)", f"{r['compile_cached_s'] * 1e3:.0f} ms"), ("module load", f"{r['load_s'] * 1e3:.1f} ms"),
+            ("train step, median", f"{r['step_ms_median']:.2f} ms"),
+            ("train step, min / max", f"{r['step_ms_min']:.2f} / {r['step_ms_max']:.2f} ms"),
+            ("train step, IQR", f"{r['step_ms_iqr']:.2f} ms"), ("forward, median", f"{r['forward_ms_median']:.2f} ms"),
+            ("images/s (train)", f"{r['images_per_s']:,.0f}"),
+            ("achieved GFLOP/s (3x forward FLOPs)", f"{r['train_gflops']:.1f}"),
+            ("peak host memory", f"{r['peak_rss_mb']:.0f} MB"), ("module size", f"{r['vmfb_bytes']:,} bytes")]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+
+
 def main():
     app()
 
