@@ -47,7 +47,10 @@ class NerfMlp(Layer):
 
     def infer(self, x, net):
         ep, ed, h = self.encoded_pos_dim, self.encoded_dir_dim, self.hidden_dim
-        b, _ = features(x, ep + ed, "encoded_pos_dim + encoded_dir_dim")
+        b, n = features(x)
+        if n != ep + ed:
+            raise ShapeError(f"encoded_pos_dim + encoded_dir_dim = {ep} + {ed} = {ep + ed} but the input has "
+                             f"{n} features ({x.shape_str()})")
         p = Params()
         p.dense("fc0.", ep, h, b)
         for i in (1, 2, 3):
