@@ -30,9 +30,10 @@ PUBLISHED = {
     # torchvision mobilenet_v2(num_classes=10); layers.md §6: 158 tensors, 52 BN, 34,112.
     "mobilenet_v2": (2_236_682, 158, 52, 34_112),
     # torchvision mobilenet_v3_large(num_classes=10) = the paper (SE width make_divisible(e/4, 8),
-    # 960 → 1280 h-swish → 10 head).  layers.md §6 gives the Lean kit's 2,990,480 / 172 tensors:
-    # its spec has no 1280 layer (−1,230,080 − 12,810 + 9,610) and SE width e/4 (−1,834 on the
-    # 72- and 120-wide blocks); BN layers and floats agree (46, 24,400).
+    # 960 → 1280 h-swish → 10 head).  layers.md §6's 2,990,480 / 172 tensors is the Lean kit's
+    # spec: no 1280 layer (−1,230,080 − 12,810 + 9,610, 2 tensors fewer), SE width e/4 (−1,834 on
+    # the 72- and 120-wide blocks) and a 5×5 depthwise in the 112 → 112 block where the paper has
+    # 3×3 (+16·672 = 10,752); BN layers and running-stat floats agree (46, 24,400).
     "mobilenet_v3_large": (4_214_842, 174, 46, 24_400),
     # torchvision efficientnet_b0(num_classes=10), canonical SE width bic/4 — layers.md §6's
     # "canonical SE" row (4,020,358, 213 tensors, 49 BN, 42,016); the Lean IREE path's mid/4
