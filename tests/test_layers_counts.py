@@ -184,3 +184,18 @@ def test_swin_t_matches_torchvision_plus_merge_biases(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(SWIN_T)
     assert infer(load_spec(f)).total_params == 27_527_044 + 1_344
+
+
+@pytest.mark.parametrize("stem", ["digits_cnn", "digits_mlp", "mobilenet_v2", "mobilenet_v4_conv_s"])
+def test_lowerable_specs_render(stem):
+    # the primitive graphs of inverted_residual / uib render to a module (train step + forward)
+    from lmc.lower import lower
+    text = lower(infer(load_spec(SPECS / f"{stem}.yaml"), 2))
+    assert "module @model" in text and "@train_step" in text and "@forward" in text
+
+
+def test_unlowerable_spec_is_refused_clearly():
+    from lmc.errors import NotImplementedKind
+    from lmc.lower import lower
+    with pytest.raises(NotImplementedKind, match="unet_up"):
+        lower(infer(load_spec(SPECS / "unet.yaml"), 2))
