@@ -1,0 +1,263 @@
+"""Multi-branch CNN blocks from the reference's bestiary, spec-only (they concatenate channels,
+average-pool, shuffle channels or use activations that are not primitives yet): fire_module,
+inception_module, aspp_module, darknet_block, csp_block, dense_block, transition_layer,
+shuffle_block, shuffle_v2_block.  Convolutions are unbiased and followed by batch norm
+unless stated; "same" padding keeps H×W at stride 1 and gives ⌈H/2⌉ at stride 2.
+
+Parameter lists follow the Lean kit's `Layer.nParams` (layers.md §3) where it describes a
+real architecture; where it is marked approximate or is inconsistent (shuffle blocks) the
+published architecture is used and the docstring says so."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import ShapeError
+from ..types import TensorType
+from . import Layer, register
+from ._shape import Params, ceil_div, image
+
+
+@register("fire_module")
+@dataclass(frozen=True)
+class FireModule(Layer):
+    """SqueezeNet fire module: squeeze 1×1 ic→squeeze → BN → relu, then expand1x1 (1×1) and
+    expand3x3 (3×3, pad 1) on the squeezed map, each → BN → relu, concatenated [e1, e3] on
+    channels → [B, expand1x1 + expand3x3, H, W].
+    Params: squeeze.{weight [sq,ic,1,1], γ, β}, expand1x1.{weight [e1,sq,1,1], γ, β},
+    expand3x3.{weight [e3,sq,3,3], γ, β} (the reference's JAX version: BN instead of the
+    paper's conv biases).  Assumptions: NCHW input with ic channels."""
+    ic: int
+    squeeze: int
+    expand1x1: int
+    expand3x3: int
+    examples: ClassVar = [(dict(ic=8, squeeze=2, expand1x1=4, expand3x3=4), TensorType((2, 8, 5, 5)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        p = Params()
+        p.conv_bn("squeeze.", self.ic, self.squeeze, 1, b, h, w)
+        p.conv_bn("expand1x1.", self.squeeze, self.expand1x1, 1, b, h, w)
+        p.conv_bn("expand3x3.", self.squeeze, self.expand3x3, 3, b, h, w)
+        return p.result(TensorType((b, self.expand1x1 + self.expand3x3, h, w)))
+
+
+@register("inception_module")
+@dataclass(frozen=True)
+class InceptionModule(Layer):
+    """GoogLeNet inception module, four branches concatenated on channels: 1×1 → b1out;
+    1×1 → b2reduce → 3×3 → b2out; 1×1 → b3reduce → 5×5 → b3out; 3×3 max-pool (stride 1) →
+    1×1 → b4out; every conv → BN → relu.  Output [B, b1out+b2out+b3out+b4out, H, W].
+    Params: b1, b2_reduce, b2, b3_reduce, b3, b4, each {weight, γ, β}.
+    Assumptions: NCHW input with ic channels."""
+    ic: int
+    b1out: int
+    b2reduce: int
+    b2out: int
+    b3reduce: int
+    b3out: int
+    b4out: int
+    examples: ClassVar = [(dict(ic=6, b1out=2, b2reduce=2, b2out=3, b3reduce=1, b3out=2, b4out=2),
+                           TensorType((2, 6, 5, 5)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        p = Params()
+        p.conv_bn("b1.", self.ic, self.b1out, 1, b, h, w)
+        p.conv_bn("b2_reduce.", self.ic, self.b2reduce, 1, b, h, w)
+        p.conv_bn("b2.", self.b2reduce, self.b2out, 3, b, h, w)
+        p.conv_bn("b3_reduce.", self.ic, self.b3reduce, 1, b, h, w)
+        p.conv_bn("b3.", self.b3reduce, self.b3out, 5, b, h, w)
+        p.flops += 9 * x.size                       # the 3×3 max-pool
+        p.conv_bn("b4.", self.ic, self.b4out, 1, b, h, w)
+        c = self.b1out + self.b2out + self.b3out + self.b4out
+        return p.result(TensorType((b, c, h, w)))
+
+
+@register("aspp_module")
+@dataclass(frozen=True)
+class AsppModule(Layer):
+    """DeepLab v3+ atrous spatial pyramid pooling: five branches ic→oc — 1×1; 3×3 dilated by
+    6, 12, 18; global average pool → 1×1 → broadcast — each conv with bias → BN → relu,
+    concatenated (5·oc) → 1×1 → oc (bias, BN, relu).  Output [B, oc, H, W].
+    Params: b0, b1, b2, b3, pool, project, each {weight, bias, γ, β} (the Lean kit's count).
+    Assumptions: NCHW input with ic channels; dilated convs pad to keep H×W."""
+    ic: int
+    oc: int
+    examples: ClassVar = [(dict(ic=4, oc=3), TensorType((2, 4, 6, 6)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        p = Params()
+        for name, k, oh, ow in (("b0.", 1, h, w), ("b1.", 3, h, w), ("b2.", 3, h, w), ("b3.", 3, h, w),
+                                ("pool.", 1, 1, 1)):
+            p.conv(name, self.ic, self.oc, k, b, oh, ow, bias=True)
+            p.bn(name, self.oc, b * self.oc * oh * ow)
+        p.conv("project.", 5 * self.oc, self.oc, 1, b, h, w, bias=True)
+        p.bn("project.", self.oc, b * self.oc * h * w)
+        return p.result(TensorType((b, self.oc, h, w)))
+
+
+def _darknet_unit(p: Params, name: str, b: int, c: int, h: int, w: int) -> None:
+    half = max(1, c // 2)
+    p.conv_bn(f"{name}conv1.", c, half, 1, b, h, w)
+    p.conv_bn(f"{name}conv2.", half, c, 3, b, h, w)
+    p.flops += b * c * h * w
+
+
+@register("darknet_block")
+@dataclass(frozen=True)
+class DarknetBlock(Layer):
+    """n_blocks Darknet-53 residual units on `channels` channels: 1×1 c→c/2 → BN → leaky relu
+    (0.1) → 3×3 c/2→c → BN → leaky relu → + input.  Output [B, c, H, W].
+    Params per unit: conv1.{weight [c/2,c,1,1], γ, β}, conv2.{weight [c,c/2,3,3], γ, β}.
+    Assumptions: NCHW input with `channels` channels (spec-only: leaky relu is not a primitive)."""
+    channels: int
+    n_blocks: int
+    examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5)))]
+
+    def infer(self, x, net):
+        b, c, h, w = image(x, self.channels, "channels")
+        p = Params()
+        for i in range(self.n_blocks):
+            _darknet_unit(p, f"{i}.", b, c, h, w)
+        return p.result(x)
+
+
+@register("csp_block")
+@dataclass(frozen=True)
+class CspBlock(Layer):
+    """Cross-stage-partial stage: two 1×1 convs split ic into halves (half = max(1, ic/2));
+    one half runs n_blocks Darknet units; concat [units, other half] → 1×1 → oc; each conv →
+    BN → leaky relu.  Output [B, oc, H, W].
+    Params: split1, split2 {weight [half,ic,1,1], γ, β}, n × darknet unit on half channels,
+    fuse.{weight [oc,2·half,1,1], γ, β}.  Assumptions: NCHW input with ic channels."""
+    ic: int
+    oc: int
+    n_blocks: int
+    examples: ClassVar = [(dict(ic=4, oc=6, n_blocks=1), TensorType((2, 4, 5, 5)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        half = max(1, self.ic // 2)
+        p = Params()
+        p.conv_bn("split1.", self.ic, half, 1, b, h, w)
+        p.conv_bn("split2.", self.ic, half, 1, b, h, w)
+        for i in range(self.n_blocks):
+            _darknet_unit(p, f"{i}.", b, half, h, w)
+        p.conv_bn("fuse.", 2 * half, self.oc, 1, b, h, w)
+        return p.result(TensorType((b, self.oc, h, w)))
+
+
+@register("dense_block")
+@dataclass(frozen=True)
+class DenseBlock(Layer):
+    """DenseNet-BC dense block: n_layers × (BN → relu → 1×1 conv c_i → 4·growth_rate → BN →
+    relu → 3×3 conv → growth_rate), each output concatenated to the input; c_i = ic + i·gr.
+    Output [B, ic + n_layers·growth_rate, H, W].
+    Params per layer: norm1 γ, β [c_i], conv1.weight [4gr,c_i,1,1], conv1.bias [4gr], norm2 γ, β
+    [4gr], conv2.weight [gr,4gr,3,3], conv2.bias [gr] (the Lean kit's count has conv biases;
+    torchvision's DenseNet has none).  Assumptions: NCHW input with ic channels."""
+    ic: int
+    growth_rate: int
+    n_layers: int
+    examples: ClassVar = [(dict(ic=4, growth_rate=2, n_layers=3), TensorType((2, 4, 5, 5)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        gr, p = self.growth_rate, Params()
+        c = self.ic
+        for i in range(self.n_layers):
+            p.bn(f"{i}.norm1.", c, b * c * h * w)
+            p.conv(f"{i}.conv1.", c, 4 * gr, 1, b, h, w, bias=True)
+            p.bn(f"{i}.norm2.", 4 * gr, b * 4 * gr * h * w)
+            p.conv(f"{i}.conv2.", 4 * gr, gr, 3, b, h, w, bias=True)
+            c += gr
+        return p.result(TensorType((b, c, h, w)))
+
+
+@register("transition_layer")
+@dataclass(frozen=True)
+class TransitionLayer(Layer):
+    """DenseNet transition: BN → relu → 1×1 conv ic→oc (+ bias) → 2×2 average pool, stride 2
+    → [B, oc, ⌊H/2⌋, ⌊W/2⌋].  Params: norm.gamma, norm.beta [ic], weight [oc,ic,1,1], bias [oc].
+    Assumptions: NCHW input with ic channels, at least 2×2."""
+    ic: int
+    oc: int
+    examples: ClassVar = [(dict(ic=6, oc=3), TensorType((2, 6, 4, 5)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        if h < 2 or w < 2:
+            raise ShapeError(f"a 2x2 average pool needs at least 2x2 pixels, got {h}x{w}")
+        p = Params()
+        p.bn("norm.", self.ic, x.size)
+        p.conv("", self.ic, self.oc, 1, b, h, w, bias=True)
+        return p.result(TensorType((b, self.oc, h // 2, w // 2)))
+
+
+@register("shuffle_block")
+@dataclass(frozen=True)
+class ShuffleBlock(Layer):
+    """ShuffleNet v1 stage of n_units: unit 0 has stride 2 and concatenates a 3×3/2 average
+    pool of its input (ic channels) with its branch (oc − ic channels); units 1.. are residual
+    (branch oc, + input).  Branch: 1×1 group conv (groups) → mid → BN → relu → channel
+    shuffle → depthwise 3×3 (stride) → BN → 1×1 group conv → BN; relu after the join.
+    mid = max(1, oc/4).  Output [B, oc, ⌈H/2⌉, ⌈W/2⌉].
+    Params per unit: gconv1.{weight [mid,c/g,1,1], γ, β}, dw.{weight [mid,1,3,3], γ, β},
+    gconv2.{weight [out,mid/g,1,1], γ, β}.  The paper's concat unit (the Lean kit's count
+    gives unit 0 a full oc-wide branch, which could not be joined to an ic-wide shortcut).
+    Assumptions: NCHW input with ic channels; oc > ic; groups divides ic, mid, oc − ic and oc."""
+    ic: int
+    oc: int
+    groups: int
+    n_units: int
+    examples: ClassVar = [(dict(ic=4, oc=16, groups=2, n_units=2), TensorType((2, 4, 6, 6)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        if self.oc <= self.ic:
+            raise ShapeError(f"oc={self.oc} must exceed ic={self.ic}: the strided unit concatenates "
+                             f"the pooled input ({self.ic} channels) with its branch")
+        g, mid = self.groups, max(1, self.oc // 4)
+        oh, ow = ceil_div(h, 2), ceil_div(w, 2)
+        p = Params()
+        for i in range(self.n_units):
+            cin, out = (self.ic, self.oc - self.ic) if i == 0 else (self.oc, self.oc)
+            for c in (cin, mid, out):
+                if c % g:
+                    raise ShapeError(f"groups={g} does not divide {c} channels")
+            p.conv_bn(f"{i}.gconv1.", cin, mid, 1, b, h if i == 0 else oh, w if i == 0 else ow, groups=g)
+            p.conv_bn(f"{i}.dw.", mid, mid, 3, b, oh, ow, groups=mid)
+            p.conv_bn(f"{i}.gconv2.", mid, out, 1, b, oh, ow, groups=g)
+        return p.result(TensorType((b, self.oc, oh, ow)))
+
+
+@register("shuffle_v2_block")
+@dataclass(frozen=True)
+class ShuffleV2Block(Layer):
+    """ShuffleNet v2 stage of n_units (torchvision's InvertedResidual), h = oc/2.  Unit 0
+    (stride 2): branch1 = depthwise 3×3/2 on ic → BN → 1×1 ic→h → BN → relu; branch2 = 1×1
+    ic→h → BN → relu → depthwise 3×3/2 → BN → 1×1 h→h → BN → relu; concat, shuffle.  Units 1..:
+    split channels in half, branch2 (h→h) on one half, concat, shuffle.
+    Output [B, oc, ⌈H/2⌉, ⌈W/2⌉].  Params: unit 0 branch1.dw, branch1.pw, then per unit
+    branch2.pw1, branch2.dw, branch2.pw2, each {weight, γ, β} (the exact architecture; the
+    Lean kit's count is an approximation).  Assumptions: NCHW input with ic channels; oc even."""
+    ic: int
+    oc: int
+    n_units: int
+    examples: ClassVar = [(dict(ic=4, oc=8, n_units=2), TensorType((2, 4, 6, 6)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        if self.oc % 2:
+            raise ShapeError(f"oc={self.oc} must be even (two branches of oc/2 = {self.oc / 2} channels)")
+        half = self.oc // 2
+        oh, ow = ceil_div(h, 2), ceil_div(w, 2)
+        p = Params()
+        p.conv_bn("0.branch1.dw.", self.ic, self.ic, 3, b, oh, ow, groups=self.ic)
+        p.conv_bn("0.branch1.pw.", self.ic, half, 1, b, oh, ow)
+        for i in range(self.n_units):
+            cin = self.ic if i == 0 else half
+            p.conv_bn(f"{i}.branch2.pw1.", cin, half, 1, b, h if i == 0 else oh, w if i == 0 else ow)
+            p.conv_bn(f"{i}.branch2.dw.", half, half, 3, b, oh, ow, groups=half)
+            p.conv_bn(f"{i}.branch2.pw2.", half, half, 1, b, oh, ow)
+        return p.result(TensorType((b, self.oc, oh, ow)))

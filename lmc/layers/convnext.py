@@ -1,0 +1,87 @@
+"""ConvNeXt kinds: conv_next_stem, conv_next_stage, conv_next_downsample.  Spec-only for now:
+channel LayerNorm and the LayerScale multiply are not primitives yet.  `norm: ln` is a
+LayerNorm over the channels at every pixel (ε = 1e-5); `norm: bn` a batch norm."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import ShapeError
+from ..fields import Activation, Normalization
+from ..types import TensorType
+from . import Layer, register
+from ._shape import Params, image
+
+
+@register("conv_next_stem")
+@dataclass(frozen=True)
+class ConvNextStem(Layer):
+    """ConvNeXt patchify stem: conv patch×patch, stride patch, no padding, + bias → channel
+    LayerNorm, no activation → [B, oc, H/patch, W/patch].
+    Params: weight [oc,ic,p,p], bias [oc], norm.gamma [oc], norm.beta [oc].
+    Assumptions: NCHW input with ic channels; patch divides H and W."""
+    ic: int
+    oc: int
+    patch: int
+    examples: ClassVar = [(dict(ic=3, oc=8, patch=4), TensorType((2, 3, 8, 8)))]
+
+    def infer(self, x, net):
+        b, _, h, w = image(x, self.ic)
+        if h % self.patch or w % self.patch:
+            raise ShapeError(f"patch={self.patch} does not divide the {h}x{w} input")
+        oh, ow = h // self.patch, w // self.patch
+        p = Params()
+        p.conv("", self.ic, self.oc, self.patch, b, oh, ow, bias=True)
+        p.ln("norm.", self.oc, b * self.oc * oh * ow)
+        return p.result(TensorType((b, self.oc, oh, ow)))
+
+
+@register("conv_next_stage")
+@dataclass(frozen=True)
+class ConvNextStage(Layer):
+    """n_blocks ConvNeXt blocks on `channels` channels, spatial size kept: depthwise 7×7 (pad 3)
+    + bias → norm → 1×1 c→4c + bias → act → 1×1 4c→c + bias → × LayerScale [c] → + input.
+    Params per block (9): dw.weight [c,1,7,7], dw.bias, norm.gamma, norm.beta, pw1.weight
+    [4c,c,1,1], pw1.bias [4c], pw2.weight [c,4c,1,1], pw2.bias, layer_scale [c] (init constant
+    1e-6, held in Param.std); norm bn also keeps running mean/var.
+    Assumptions: NCHW input with `channels` channels; no stochastic depth."""
+    channels: int
+    n_blocks: int
+    norm: Normalization = Normalization.ln
+    act: Activation = Activation.gelu
+    examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5))),
+                          (dict(channels=3, n_blocks=1, norm="bn", act="relu"), TensorType((2, 3, 7, 7)))]
+
+    def infer(self, x, net):
+        b, c, h, w = image(x, self.channels, "channels")
+        p = Params()
+        n = b * c * h * w
+        for i in range(self.n_blocks):
+            p.conv(f"{i}.dw.", c, c, 7, b, h, w, groups=c, bias=True)
+            p.norm(f"{i}.norm.", self.norm, c, n)
+            p.conv(f"{i}.pw1.", c, 4 * c, 1, b, h, w, bias=True)
+            p.flops += 8 * 4 * n
+            p.conv(f"{i}.pw2.", 4 * c, c, 1, b, h, w, bias=True)
+            p.add(f"{i}.layer_scale", (c,), "constant", std=1e-6)
+            p.flops += 2 * n
+        return p.result(x)
+
+
+@register("conv_next_downsample")
+@dataclass(frozen=True)
+class ConvNextDownsample(Layer):
+    """ConvNeXt downsampling: norm over ic channels → conv 2×2, stride 2, no padding, + bias →
+    [B, oc, ⌊H/2⌋, ⌊W/2⌋].  Params: norm.gamma [ic], norm.beta [ic], weight [oc,ic,2,2], bias [oc].
+    Assumptions: NCHW input with ic channels, at least 2×2."""
+    ic: int
+    oc: int
+    norm: Normalization = Normalization.ln
+    examples: ClassVar = [(dict(ic=4, oc=8), TensorType((2, 4, 6, 6))),
+                          (dict(ic=3, oc=5, norm="bn"), TensorType((2, 3, 5, 4)))]
+
+    def infer(self, x, net):
+        b, c, h, w = image(x, self.ic)
+        if h < 2 or w < 2:
+            raise ShapeError(f"a 2x2 stride-2 conv needs at least 2x2 pixels, got {h}x{w}")
+        p = Params()
+        p.norm("norm.", self.norm, c, x.size)
+        p.conv("", self.ic, self.oc, 2, b, h // 2, w // 2, bias=True)
+        return p.result(TensorType((b, self.oc, h // 2, w // 2)))

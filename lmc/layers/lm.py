@@ -1,0 +1,68 @@
+"""Language-model kinds: token_position_embed (first layer) and lm_head.  Spec-only for now
+(embedding gather / one-hot and the per-position head's transpose are not primitives yet)."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import ShapeError
+from ..types import TensorType
+from . import Layer, register
+from ._shape import Params, tokens
+
+
+@register("token_position_embed")
+@dataclass(frozen=True)
+class TokenPositionEmbed(Layer):
+    """Token + position embedding: e[b, t] = embed[token(b, t)] (+ pos[t] if pos_emb) →
+    [B, seq_len, d_model].  Input: one-hot tokens, flat [B, seq_len·vocab_size] (token-major)
+    by default; token ids [B, seq_len] (f32) with ids_input (one-hot built in-graph) or gather
+    (rows gathered, scatter-add backward).
+    Params: embed.weight [vocab_size, d_model], then pos [seq_len, d_model] unless pos_emb is
+    false (RoPE models); both normal, std 0.02.  Assumptions: the first layer of the net."""
+    vocab_size: int
+    seq_len: int
+    d_model: int
+    ids_input: bool = False
+    gather: bool = False
+    pos_emb: bool = True
+    examples: ClassVar = [(dict(vocab_size=7, seq_len=4, d_model=6, ids_input=True), TensorType((2, 4))),
+                          (dict(vocab_size=5, seq_len=3, d_model=4), TensorType((2, 15))),
+                          (dict(vocab_size=5, seq_len=3, d_model=4, gather=True, pos_emb=False), TensorType((2, 3)))]
+
+    def infer(self, x, net):
+        v, t, d = self.vocab_size, self.seq_len, self.d_model
+        ids = self.ids_input or self.gather
+        want = t if ids else t * v
+        if x.rank != 2 or x.dims[1] != want:
+            what = (f"{t} token ids [batch, seq_len]" if ids else
+                    f"one-hot tokens [batch, seq_len·vocab_size] = [batch, {t}·{v} = {want}]")
+            raise ShapeError(f"expected {what}, got {x.shape_str()}",
+                             hint="set `input: {features: N}` to match; ids_input/gather take ids")
+        b = x.dims[0]
+        p = Params()
+        p.add("embed.weight", (v, d), "normal", std=0.02)
+        if self.pos_emb:
+            p.add("pos", (t, d), "normal", std=0.02)
+        p.flops += (2 * v if not ids else 1) * b * t * d
+        return p.result(TensorType((b, t, d)))
+
+
+@register("lm_head")
+@dataclass(frozen=True)
+class LmHead(Layer):
+    """Per-position vocabulary logits: [B, seq_len, d_model]·W + b → [B, seq_len, vocab_size],
+    laid out as the per-pixel logits [B, vocab_size, seq_len, 1] (classes × H × W, so the
+    per-pixel cross-entropy applies with labels [B, seq_len, 1]; the reference's train graph).
+    Params: weight [d_model, vocab_size] (He fan-in), bias [vocab_size].
+    Assumptions: input [B, seq_len, d_model] (a causal or keep_sequence encoder)."""
+    d_model: int
+    vocab_size: int
+    seq_len: int
+    examples: ClassVar = [(dict(d_model=6, vocab_size=7, seq_len=4), TensorType((2, 4, 6)))]
+
+    def infer(self, x, net):
+        b, t, _ = tokens(x, self.d_model, "d_model")
+        if t != self.seq_len:
+            raise ShapeError(f"seq_len={self.seq_len} but the input has {t} tokens ({x.shape_str()})")
+        p = Params()
+        p.dense("", self.d_model, self.vocab_size, b * t)
+        return p.result(TensorType((b, self.vocab_size, t, 1)))
