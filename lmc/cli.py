@@ -30,7 +30,8 @@ def user_errors():
     try:
         yield
     except LmcError as e:
-        err.print(e.render(), markup=False, highlight=False)
+        # plain write: rich would wrap a long `file:line:col: message` line at the terminal width
+        sys.stderr.write(e.render() + "\n")
         raise typer.Exit(2)
 
 
@@ -43,13 +44,13 @@ def _load(spec: Path, sets, batch=None):
 
 def _version(value: bool):
     if value:
-        from importlib.metadata import version
+        from . import __version__
         from .compile import compiler_version, find_compiler
         try:
             cv = compiler_version(find_compiler())
         except LmcError:
             cv = "iree-compile not found"
-        console.print(f"lmc {version('lmc')} ({cv})")
+        print(f"lmc {__version__} ({cv})")
         raise typer.Exit()
 
 
@@ -66,9 +67,12 @@ def validate(spec: SpecArg, set: SetOpt = None) -> None:
     with user_errors():
         net = _load(spec, set)
         from .config import check_against_net
-        if net.spec.train is not None:
-            check_against_net(net.spec.train, net.num_classes, lambda f: net.spec.layers[-1].loc)
-    err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, output {net.output.type.shape_str()}")
+        s = net.spec
+        if s.train is not None:
+            check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
+                              output_dims=net.output.type.dims, dataset=s.dataset)
+    err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
+              f"output {net.output.type.shape_str()}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _fmt_flops(n: int) -> str:
