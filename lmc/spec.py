@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,17 +184,18 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
         else:
             orig[name] = key
     data = {name: data[key] for name, key in orig.items()}
-    name = attempt(lambda: _at(lambda: coerce(data["name"], str, "name"), loc("name")) if "name" in data
+    name = attempt(lambda: _at(lambda: _file_name(data["name"], "name"), loc("name")) if "name" in data
                    else _raise(SpecError("`name` is required", top)))
     # input shape
     inp = attempt(_parse_input, data, loc)
     # net-level options
     opts = {}
-    for key, t, default in (("det_stride", int, 32), ("build_tag", str, ""),
+    for key, t, default in (("det_stride", int, 32), ("build_tag", "tag", ""),
                             ("conv_bn_act", Activation, Activation.relu),
                             ("conv_pad_style", PadStyle, PadStyle.xla_same)):
         if key in data:
-            v = attempt(lambda: _at(lambda: coerce(data[key], t, key), loc(key)))
+            v = attempt(lambda: _at(lambda: _file_name(data[key], key, empty_ok=True) if t == "tag"
+                                    else coerce(data[key], t, key), loc(key)))
             opts[key] = v if v is not None else default
     # layers
     layers = []
@@ -231,6 +233,19 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
     return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
                    dataset=dataset, dataset_path=dpath, text=text, locs=locs, **opts)
+
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def _file_name(value: Any, where: str, empty_ok: bool = False) -> str:
+    """`name` and `build_tag` name build files (build/<name>-<tag>.vmfb) and head the module text,
+    so they are kept to letters, digits and `_ . + -`: no path separators, spaces or newlines."""
+    v = coerce(value, str, where)
+    if (v or not empty_ok) and not _FILE_NAME.fullmatch(v):
+        raise SpecError(f"{where}: expected letters, digits, '_', '.', '+' or '-' (it names build files), "
+                        f"got {show(v)}")
+    return v
 
 
 def _raise(e):

@@ -726,3 +726,13 @@ def test_loss_kind_in_a_spec_is_located():
 def test_check_rules_runs_on_a_config():
     with pytest.raises(SpecError, match="use_swag requires use_swa: true"):
         check_rules(cfg(use_swag=True), lambda f: None)
+
+
+def test_name_and_build_tag_name_build_files():
+    assert load(MLP.replace("name: mlp", "name: resnet-34_v1.5+x")).name == "resnet-34_v1.5+x"
+    for bad in ("'../../etc/x'", "'my net'", "'a\\nmodule @x'", "'[/x]'"):
+        e = error(MLP.replace("name: mlp", f"name: {bad}"))
+        assert e.message.startswith("name: expected letters, digits, '_', '.', '+' or '-' (it names build files), got ")
+        assert e.loc.line == 1
+    assert error(MLP + "build_tag: a/b\n").message.startswith("build_tag: expected letters, digits")
+    assert load(MLP + "build_tag: ''\n").build_tag == ""
