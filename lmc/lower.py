@@ -38,6 +38,8 @@ class Abi:
 def optimizer_slots(net: TypedNet) -> tuple[str, ...]:
     cfg = net.spec.train
     opt = effective_optimizer(cfg)
+    if cfg.use_muon or cfg.use_shampoo:     # the seed's IREE path reads these; refuse, don't ignore
+        raise NotImplementedKind("not implemented yet: use_muon / use_shampoo (lowered: sgd, sgd+momentum, adam/adamw)")
     if opt == OptimizerKind.adam:
         return ("m", "v")
     if opt == OptimizerKind.sgd:
