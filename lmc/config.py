@@ -64,7 +64,7 @@ class LossKind:
             name = value
         else:
             raise SpecError(f"{where}: expected a loss kind ({', '.join(_LOSS_KINDS)}), got {show(value)}")
-        name = snake(str(name))
+        name = snake(str(name).lstrip("."))      # the seed writes `.classCE`
         if name not in _LOSS_KINDS:
             raise SpecError(f"{where}: unknown loss kind {show(name)}; expected one of {', '.join(_LOSS_KINDS)}")
         param = _LOSS_KINDS[name]
@@ -179,9 +179,12 @@ TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS}
 # Fields that are counts where 0 is meaningful ("off").
 _ZERO_OK = {"seed", "warmup_epochs", "train_res", "swa_start_epoch", "checkpoint_every_n_epochs",
             "eval_every_n_epochs", "val_every_epochs", "rand_augment_n", "epochs"}
-# Fields that must lie in [0, 1).
+# Fields that must lie in [0, 1): at 1 a decay freezes its average, a drop rate divides by
+# keep = 0, smoothing leaves no label, −log((1−π)/π) is infinite.
 _UNIT = {"label_smoothing", "momentum", "rmsprop_decay", "drop_path", "dropout", "bn_momentum",
-         "ema_decay", "random_erasing_prob", "det_prior_pi", "fpn_affine_prob"}
+         "ema_decay", "det_prior_pi"}
+# Probabilities, [0, 1]: "always" is a fine setting.
+_PROB = {"random_erasing_prob", "fpn_affine_prob"}
 
 
 def _make_config_class():
@@ -222,7 +225,9 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
             v = coerce(value, t, f"train.{name}", allow_zero=name in _ZERO_OK)
             if name in _UNIT and not 0.0 <= v < 1.0:
                 raise SpecError(f"train.{name}: expected a number in [0, 1), got {v}")
-            if t is float and name not in _UNIT and v < 0:
+            if name in _PROB and not 0.0 <= v <= 1.0:
+                raise SpecError(f"train.{name}: expected a probability in [0, 1], got {v}")
+            if t is float and v < 0:
                 raise SpecError(f"train.{name}: expected a number >= 0, got {v}")
             values[name] = v
         except SpecError as e:

@@ -261,6 +261,9 @@ def _at(fn, where: Loc):
 
 def _parse_input(data, loc) -> tuple[int, ...]:
     if "input" in data:
+        for k in ("image_h", "image_w"):
+            if k in data:
+                raise SpecError(f"`{k}` is the older spelling of `input`; give one or the other, not both", loc(k))
         inp = data["input"]
         if not isinstance(inp, dict):
             raise SpecError("`input` must be {channels, height, width} or {features}", loc("input"))

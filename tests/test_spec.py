@@ -103,7 +103,7 @@ def test_duplicate_key_inside_a_layer():
 
 
 def test_same_field_in_two_spellings():
-    assert error(MLP + "image_h: 8\nimageH: 9\n").message == \
+    assert error("name: m\nlayers: [flatten]\nimage_h: 8\nimageH: 9\n").message == \
         "'imageH' repeats 'image_h' (the same field in another spelling)"
     e = error(CNN_HEAD + "  - conv_bn: {ic: 1, oc: 2, k_size: 3, kSize: 5}\n")
     assert e.message == "layers[0] (conv_bn): 'kSize' repeats 'k_size' (the same field in another spelling)"
@@ -173,6 +173,9 @@ def test_input_forms():
     # the Lean kit's form: image_h / image_w, channels from the first layer's ic
     s = load("name: m\nimage_h: 6\nimage_w: 5\nlayers:\n  - conv_bn: [3, 4, 3]\n")
     assert s.input == (3, 6, 5) and (s.image_h, s.image_w) == (6, 5)
+    e = error(MLP + "image_h: 8\n")
+    assert e.message == "`image_h` is the older spelling of `input`; give one or the other, not both"
+    assert e.loc.line == 5
     e = error("name: m\ninput: {channels: 1, height: 8}\nlayers: [flatten]\n")
     assert e.message == "`input` must have exactly channels/height/width or features, got ['channels', 'height']"
     assert e.loc.line == 2
@@ -677,7 +680,7 @@ def test_weighted_ce_weights_must_match_class_count():
     ("class_ce", "class_ce", False), ("softLabelCE", "soft_label_ce", False),
     ("per_pixel_ce", "per_pixel_ce", True), ("perPixelDice", "per_pixel_dice", True),
     ("per_pixel_dice_ce", "per_pixel_dice_ce", True), ("float_target_mse", "float_target_mse", False),
-    ("yolov1Masked", "yolov1_masked", False), ("bce", "bce", False),
+    ("yolov1Masked", "yolov1_masked", False), ("bce", "bce", False), (".perPixelCE", "per_pixel_ce", True),
     ({"per_pixel_weighted_ce": {"weights": [1, 4.5, 4]}}, "per_pixel_weighted_ce", True),
     ({"perPixelFocalCE": {"gamma": 0}}, "per_pixel_focal_ce", True),
     ({"per_pixel_focal_ce": None}, "per_pixel_focal_ce", True),
@@ -736,3 +739,70 @@ def test_name_and_build_tag_name_build_files():
         assert e.loc.line == 1
     assert error(MLP + "build_tag: a/b\n").message.startswith("build_tag: expected letters, digits")
     assert load(MLP + "build_tag: ''\n").build_tag == ""
+
+
+# ---------------------------------------------------------------- docs/spec.md
+
+
+def doc_type(name: str, t) -> str:
+    """How docs/spec.md spells a TrainConfig field's type and range (as parse_train checks it)."""
+    from lmc.config import _PROB, _UNIT, _ZERO_OK
+    if t is int:
+        return "int ≥ 0" if name in _ZERO_OK else "int ≥ 1"
+    if t is float:
+        return "float in [0, 1)" if name in _UNIT else "float in [0, 1]" if name in _PROB else "float ≥ 0"
+    return _elem(t)
+
+
+def _elem(t) -> str:
+    """Inside lists and tuples ints may be 0 and floats have no range."""
+    import types as _types
+    from typing import get_args, get_origin
+    if get_origin(t) is _types.UnionType:
+        return _elem([a for a in get_args(t) if a is not type(None)][0]) + " or null"
+    if get_origin(t) is list:
+        return f"list of {_elem(get_args(t)[0])}"
+    if get_origin(t) is tuple:
+        return "[" + ", ".join(_elem(a) for a in get_args(t)) + "]"
+    return t.__name__
+
+
+def doc_default(d) -> str:
+    from lmc.config import REQUIRED
+    if d is REQUIRED:
+        return "required"
+    if isinstance(d, bool):
+        return str(d).lower()
+    if d is None:
+        return "null"
+    if d == ():
+        return "[]"
+    return str(d)
+
+
+def test_docs_describe_every_train_field():
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "spec.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`") and cells[0].strip("`") in TRAIN_FIELDS:
+            rows[cells[0].strip("`")] = cells
+    assert sorted(rows) == sorted(TRAIN_FIELDS), set(TRAIN_FIELDS) ^ set(rows)
+    for name, t, d in _FIELDS:
+        _, typ, default, meaning = rows[name]
+        assert typ == doc_type(name, t), name
+        assert default.strip("`") == doc_default(d), name
+        assert len(meaning) > 10, name
+    # and the table lists them in TrainConfig's order
+    order = [l.split("|")[1].strip().strip("`") for l in doc.splitlines()
+             if l.startswith("| `") and l.split("|")[1].strip().strip("`") in TRAIN_FIELDS]
+    assert order == [n for n, _, _ in _FIELDS]
+
+
+def test_probabilities_may_be_one_but_decays_may_not():
+    assert parse(BASE + "  random_erasing_prob: 1.0\n").random_erasing_prob == 1.0
+    with pytest.raises(SpecError, match=r"train.random_erasing_prob: expected a probability in \[0, 1\], got 1.5"):
+        parse(BASE + "  random_erasing_prob: 1.5\n")
+    with pytest.raises(SpecError, match=r"train.ema_decay: expected a number in \[0, 1\), got 1.0"):
+        parse(BASE + "  ema_decay: 1.0\n")
