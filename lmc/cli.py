@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import LmcError
@@ -18,7 +19,8 @@ from .errors import LmcError
 app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
                   help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.")
 console = Console()
-err = Console(stderr=True)
+# stderr: paths and messages on one line, and never read as rich markup (a path may hold "[/x]")
+err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML).", show_default=False)]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
@@ -30,7 +32,8 @@ def user_errors():
     try:
         yield
     except LmcError as e:
-        err.print(e.render(), markup=False, highlight=False)
+        # plain write: rich would wrap a long `file:line:col: message` line at the terminal width
+        sys.stderr.write(e.render() + "\n")
         raise typer.Exit(2)
 
 
@@ -43,13 +46,13 @@ def _load(spec: Path, sets, batch=None):
 
 def _version(value: bool):
     if value:
-        from importlib.metadata import version
+        from . import __version__
         from .compile import compiler_version, find_compiler
         try:
             cv = compiler_version(find_compiler())
         except LmcError:
             cv = "iree-compile not found"
-        console.print(f"lmc {version('lmc')} ({cv})")
+        print(f"lmc {__version__} ({cv})")
         raise typer.Exit()
 
 
@@ -66,9 +69,12 @@ def validate(spec: SpecArg, set: SetOpt = None) -> None:
     with user_errors():
         net = _load(spec, set)
         from .config import check_against_net
-        if net.spec.train is not None:
-            check_against_net(net.spec.train, net.num_classes, lambda f: net.spec.layers[-1].loc)
-    err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, output {net.output.type.shape_str()}")
+        s = net.spec
+        if s.train is not None:
+            check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
+                              output_dims=net.output.type.dims, dataset=s.dataset)
+    err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
+              f"output {net.output.type.shape_str()}")
 
 
 def _fmt_flops(n: int) -> str:
@@ -97,12 +103,13 @@ def info(spec: SpecArg,
                "state": [{"name": s.name, "shape": list(s.type.dims), "init": s.init} for s in net.state]}
         print(json.dumps(out, indent=2))
         return
-    t = Table(title=f"{net.spec.name}  (input {net.input.shape_str()})")
+    # the spec's name and layer text are the user's: escaped, or "[/x]" in a name is a MarkupError
+    t = Table(title=f"{escape(net.spec.name)}  (input {net.input.shape_str()})")
     for c in ("#", "layer", "output", "params", "FLOPs"):
         t.add_column(c, justify="right" if c in ("#", "params", "FLOPs") else "left")
     for l in net.layers:
         mark = "" if l.lowered else " [dim](shape only)[/dim]"
-        t.add_row(str(l.index), l.describe + mark, l.out.shape_str(), f"{sum(p.type.size for p in l.params):,}", _fmt_flops(l.flops))
+        t.add_row(str(l.index), escape(l.describe) + mark, l.out.shape_str(), f"{sum(p.type.size for p in l.params):,}", _fmt_flops(l.flops))
     t.add_section()
     t.add_row("", "total", net.output.type.shape_str(), f"{net.total_params:,}", _fmt_flops(net.total_flops))
     console.print(t)

@@ -41,7 +41,9 @@ def find_compiler() -> str:
 def compiler_version(exe: str) -> str:
     try:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
-        return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
+        lines = [l.strip() for l in out.stdout.splitlines() if l.strip()]
+        # iree-compile prints "IREE (https://iree.dev):" first; the version is on a later line
+        return next((l for l in lines if "version" in l.lower()), lines[0] if lines else "unknown")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import Loc, SpecError
-from .fields import Choice, OptimizerKind, coerce, snake
+from .fields import Choice, OptimizerKind, coerce, show, snake
 
 REQUIRED = object()
 
@@ -59,18 +59,18 @@ class LossKind:
             if args is None:
                 args = {}
             if not isinstance(args, dict):
-                raise SpecError(f"{where}: parameters of loss '{name}' must be a mapping, got {args!r}")
+                raise SpecError(f"{where}: parameters of loss '{name}' must be a mapping, got {show(args)}")
         elif isinstance(value, str):
             name = value
         else:
-            raise SpecError(f"{where}: expected a loss kind ({', '.join(_LOSS_KINDS)}), got {value!r}")
-        name = snake(str(name))
+            raise SpecError(f"{where}: expected a loss kind ({', '.join(_LOSS_KINDS)}), got {show(value)}")
+        name = snake(str(name).lstrip("."))      # the seed writes `.classCE`
         if name not in _LOSS_KINDS:
-            raise SpecError(f"{where}: unknown loss kind {name!r}; expected one of {', '.join(_LOSS_KINDS)}")
+            raise SpecError(f"{where}: unknown loss kind {show(name)}; expected one of {', '.join(_LOSS_KINDS)}")
         param = _LOSS_KINDS[name]
         extra = set(args) - ({param[0]} if param else set())
         if extra:
-            raise SpecError(f"{where}: loss '{name}' has no parameter {sorted(extra)[0]!r}")
+            raise SpecError(f"{where}: loss '{name}' has no parameter {show(sorted(map(str, extra))[0])}")
         kw = {}
         if param:
             pname, ptype = param
@@ -179,9 +179,12 @@ TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS}
 # Fields that are counts where 0 is meaningful ("off").
 _ZERO_OK = {"seed", "warmup_epochs", "train_res", "swa_start_epoch", "checkpoint_every_n_epochs",
             "eval_every_n_epochs", "val_every_epochs", "rand_augment_n", "epochs"}
-# Fields that must lie in [0, 1).
+# Fields that must lie in [0, 1): at 1 a decay freezes its average, a drop rate divides by
+# keep = 0, smoothing leaves no label, −log((1−π)/π) is infinite.
 _UNIT = {"label_smoothing", "momentum", "rmsprop_decay", "drop_path", "dropout", "bn_momentum",
-         "ema_decay", "random_erasing_prob", "det_prior_pi", "fpn_affine_prob"}
+         "ema_decay", "det_prior_pi"}
+# Probabilities, [0, 1]: "always" is a fine setting.
+_PROB = {"random_erasing_prob", "fpn_affine_prob"}
 
 
 def _make_config_class():
@@ -197,48 +200,63 @@ def _make_config_class():
 TrainConfig = _make_config_class()
 
 
-def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",)) -> "TrainConfig":
-    """YAML `train:` mapping → TrainConfig, every field checked; all errors reported at once."""
+def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), dataset=None) -> "TrainConfig":
+    """YAML `train:` mapping → TrainConfig, every field checked; all errors reported at once.
+    `dataset` (the spec's DatasetKind, if any) takes part in the loss rules."""
     from .errors import MultiError
     loc = locs.get(path, Loc(file))
     if not isinstance(data, dict):
         raise SpecError(f"`train` must be a mapping of recipe fields, got {type(data).__name__}", loc)
-    errors, values = [], {}
+    errors, values, orig = [], {}, {}
     for key, value in data.items():
         name = snake(key)
         kloc = locs.get(path + (key,), loc)
         if name not in TRAIN_FIELDS:
             from difflib import get_close_matches
             close = get_close_matches(name, TRAIN_FIELDS, 1)
-            hint = f"did you mean '{close[0]}'?" if close else None
             errors.append(SpecError(f"unknown train field '{key}'" + (f"; did you mean '{close[0]}'?" if close else ""), kloc))
             continue
+        if name in orig:
+            errors.append(SpecError(f"train: '{key}' repeats '{orig[name]}' (the same field in another spelling)", kloc))
+            continue
+        orig[name] = key
         t, _ = TRAIN_FIELDS[name]
         try:
             v = coerce(value, t, f"train.{name}", allow_zero=name in _ZERO_OK)
             if name in _UNIT and not 0.0 <= v < 1.0:
                 raise SpecError(f"train.{name}: expected a number in [0, 1), got {v}")
-            if t is float and name not in _UNIT and v < 0:
+            if name in _PROB and not 0.0 <= v <= 1.0:
+                raise SpecError(f"train.{name}: expected a probability in [0, 1], got {v}")
+            if t is float and v < 0:
                 raise SpecError(f"train.{name}: expected a number >= 0, got {v}")
             values[name] = v
         except SpecError as e:
-            errors.append(e.located(locs.get(path + (key,), kloc)))
+            errors.append(e.located(kloc))
     for name, (t, d) in TRAIN_FIELDS.items():
-        if d is REQUIRED and name not in values:
+        if d is REQUIRED and name not in values and name not in orig:
             errors.append(SpecError(f"train.{name} is required ({'a number' if t is float else 'an integer'})", loc))
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
     cfg = TrainConfig(**values)
-    check_rules(cfg, lambda name: locs.get(path + (name,), loc))
+    check_rules(cfg, lambda name: locs.get(path + (orig.get(name, name),), loc), dataset)
     return cfg
 
 
-def effective_loss(cfg) -> LossKind:
-    """The seed's derivation: a loss_kind left at class_ce is derived from the older booleans."""
+# Datasets whose label record is a per-pixel mask rather than one class index (losses.md §1).
+SEG_DATASETS = frozenset({"pets", "brats", "brats224"})
+
+
+def effective_loss(cfg, dataset=None) -> LossKind:
+    """The seed's derivation (losses.md §1): an explicit loss_kind wins; one left at class_ce is
+    derived from use_yolov1 or a pets_det dataset (yolov1_masked), a segmentation dataset
+    (per_pixel_ce), then use_mixup/use_cutmix/use_knn_mixup (soft_label_ce)."""
+    ds = getattr(dataset, "value", dataset)
     if cfg.loss_kind.kind != "class_ce":
         return cfg.loss_kind
-    if cfg.use_yolov1:
+    if cfg.use_yolov1 or ds == "pets_det":
         return LossKind("yolov1_masked")
+    if ds in SEG_DATASETS:
+        return LossKind("per_pixel_ce")
     if cfg.use_mixup or cfg.use_cutmix or cfg.use_knn_mixup:
         return LossKind("soft_label_ce")
     return cfg.loss_kind
@@ -252,11 +270,10 @@ def effective_optimizer(cfg) -> OptimizerKind:
 
 
 def mixup_mode(cfg) -> str | None:
-    """knn-mixup takes precedence over mixup/cutmix (seed)."""
+    """Which soft-label augmentation a batch gets: exactly one, by the reference's priority
+    KNN-mixup > mixup > cutmix (losses.md §3), so knn-mixup wins over mixup and mixup over cutmix."""
     if cfg.use_knn_mixup:
         return "knn_mixup"
-    if cfg.use_mixup and cfg.use_cutmix:
-        return "mixup_cutmix"
     if cfg.use_mixup:
         return "mixup"
     if cfg.use_cutmix:
@@ -264,39 +281,74 @@ def mixup_mode(cfg) -> str | None:
     return None
 
 
-def check_rules(cfg, loc_of) -> None:
-    """The seed's mutual-exclusion rules; `loc_of(field)` locates the offending field."""
+def check_rules(cfg, loc_of, dataset=None) -> None:
+    """The seed's mutual-exclusion rules (losses.md §1's table); `loc_of(field)` locates the
+    offending field.  `dataset` (a DatasetKind or its name) enables the rules that need it."""
     from .errors import MultiError
     errs = []
-    loss = effective_loss(cfg)
+
+    def err(msg, at):
+        errs.append(SpecError(msg, loc_of(at)))
+
+    ds = getattr(dataset, "value", dataset)
+    loss = effective_loss(cfg, ds)
+    soft_aug = cfg.use_mixup or cfg.use_cutmix or cfg.use_knn_mixup
     if cfg.use_focal:
-        if loss.kind != "class_ce":
-            errs.append(SpecError(f"use_focal needs integer labels (class_ce), but the loss is {loss}", loc_of("use_focal")))
-        if cfg.label_smoothing != 0.0:
-            errs.append(SpecError("use_focal requires label_smoothing = 0 (focal mixes poorly with smoothing)", loc_of("label_smoothing")))
+        # focal is a modifier of integer-label CE; on yolov1_masked it switches objectness to focal BCE
+        if loss.kind not in ("class_ce", "yolov1_masked"):
+            hint = "; for segmentation use loss_kind: {per_pixel_focal_ce: {gamma: 2}}" if loss.is_seg else ""
+            err(f"use_focal needs integer labels (class_ce), but the loss is {loss}{hint}", "use_focal")
+        if cfg.label_smoothing != 0.0 and loss.kind == "class_ce":
+            err("use_focal requires label_smoothing = 0 (focal mixes poorly with smoothing)", "label_smoothing")
     if cfg.use_swag and not cfg.use_swa:
-        errs.append(SpecError("use_swag requires use_swa: true", loc_of("use_swag")))
+        err("use_swag requires use_swa: true", "use_swag")
     if cfg.use_yolov1 and cfg.loss_kind.kind not in ("class_ce", "yolov1_masked"):
-        errs.append(SpecError(f"use_yolov1 conflicts with loss_kind {cfg.loss_kind}", loc_of("loss_kind")))
-    if cfg.use_yolov1 and (cfg.use_mixup or cfg.use_cutmix or cfg.use_knn_mixup):
-        errs.append(SpecError("use_yolov1 cannot be combined with mixup/cutmix/knn-mixup", loc_of("use_yolov1")))
-    if cfg.loss_kind.is_seg and (cfg.use_mixup or cfg.use_cutmix or cfg.use_knn_mixup):
-        errs.append(SpecError(f"{cfg.loss_kind} (per-pixel labels) cannot be combined with mixup/cutmix", loc_of("loss_kind")))
+        err(f"use_yolov1 conflicts with loss_kind {cfg.loss_kind}", "loss_kind")
+    if loss.kind == "yolov1_masked" and soft_aug:
+        err("yolov1_masked (use_yolov1) cannot be combined with mixup/cutmix/knn-mixup", "use_yolov1")
+    # added (losses.md §1): the yolo target is a box tensor; there is nothing to smooth
+    if loss.kind == "yolov1_masked" and cfg.label_smoothing != 0.0:
+        err("yolov1_masked (use_yolov1) requires label_smoothing = 0", "label_smoothing")
+    if loss.is_seg and soft_aug:
+        err(f"{loss} (per-pixel labels) cannot be combined with mixup/cutmix/knn-mixup", "loss_kind")
+    # added (losses.md §1): focal already reweights by confidence, and Dice alone has no
+    # one-hot target to smooth (per_pixel_dice_ce smooths its CE half only)
+    if loss.kind in ("per_pixel_focal_ce", "per_pixel_dice") and cfg.label_smoothing != 0.0:
+        err(f"{loss} requires label_smoothing = 0", "label_smoothing")
+    # added (seed DatasetKind): pets_det carries YOLO targets, the seg datasets per-pixel masks
+    if ds == "pets_det" and loss.kind != "yolov1_masked":
+        err(f"dataset pets_det needs the yolov1_masked loss (use_yolov1: true), not {loss}", "loss_kind")
+    if ds in SEG_DATASETS and not loss.is_seg:
+        err(f"dataset {ds} has per-pixel labels and needs a per_pixel_* loss, not {loss}", "loss_kind")
     if cfg.use_muon and cfg.use_shampoo:
-        errs.append(SpecError("use_muon and use_shampoo are exclusive", loc_of("use_shampoo")))
+        err("use_muon and use_shampoo are exclusive", "use_shampoo")
     if cfg.bf16_conv and not cfg.bf16:
-        errs.append(SpecError("bf16_conv is only meaningful with bf16: true", loc_of("bf16_conv")))
+        err("bf16_conv is only meaningful with bf16: true", "bf16_conv")
     if cfg.warmup_epochs > cfg.epochs:
-        errs.append(SpecError(f"warmup_epochs ({cfg.warmup_epochs}) exceeds epochs ({cfg.epochs})", loc_of("warmup_epochs")))
+        err(f"warmup_epochs ({cfg.warmup_epochs}) exceeds epochs ({cfg.epochs})", "warmup_epochs")
     if cfg.use_swa and cfg.swa_start_epoch >= max(cfg.epochs, 1):
-        errs.append(SpecError(f"swa_start_epoch ({cfg.swa_start_epoch}) must be < epochs ({cfg.epochs})", loc_of("swa_start_epoch")))
+        err(f"swa_start_epoch ({cfg.swa_start_epoch}) must be < epochs ({cfg.epochs})", "swa_start_epoch")
     if errs:
         raise errs[0] if len(errs) == 1 else MultiError(errs)
 
 
-def check_against_net(cfg, num_classes: int | None, loc_of) -> None:
-    """Rules that need the net: weighted-CE weights length = class count, head prior length."""
-    loss = effective_loss(cfg)
+def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple | None = None,
+                      dataset=None) -> None:
+    """Rules that need the net: weighted-CE weights length = class count, head prior length.
+    With the output's dims the label layout is checked too: a per-pixel loss needs logits
+    [B, NC, H, W] (NC = the class count), class_ce / soft_label_ce / bce need [B, NC]."""
+    loss = effective_loss(cfg, dataset)
+    if output_dims is not None:
+        rank = len(output_dims)
+        if loss.is_seg:
+            if rank != 4:
+                raise SpecError(f"{loss} needs per-pixel logits [batch, classes, height, width], but the "
+                                f"net's output is {list(output_dims)}", loc_of("loss_kind"))
+            num_classes = output_dims[1]
+        elif loss.kind in ("class_ce", "soft_label_ce", "bce") and rank != 2:
+            raise SpecError(f"{loss} needs logits [batch, classes], but the net's output is {list(output_dims)}",
+                            loc_of("loss_kind"),
+                            hint="end the net with global_avg_pool or flatten, then dense")
     if loss.kind == "per_pixel_weighted_ce" and num_classes and len(loss.weights) != num_classes:
         raise SpecError(f"per_pixel_weighted_ce has {len(loss.weights)} weights but the net has "
                         f"{num_classes} classes", loc_of("loss_kind"))

@@ -3,6 +3,7 @@ that turns a YAML value into a typed field value (or a SpecError saying what was
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import types
 import typing
@@ -15,8 +16,9 @@ MAX_INT = 2**31 - 1  # sizes beyond this are typos, and would blow memory long b
 
 def snake(name: str) -> str:
     """The seed's camelCase spelling → our snake_case (`kSize` → `k_size`, `useSE` → `use_se`,
-    `convBn` → `conv_bn`, `mbConvV3` → `mb_conv_v3`).  One rule for every kind and field."""
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    `convBn` → `conv_bn`, `mbConvV3` → `mb_conv_v3`).  One rule for every kind and field.
+    Not only strings arrive here: a YAML key may be a number (`1: x`), so spell it first."""
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", str(name))
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
     return s.lower()
 
@@ -33,7 +35,7 @@ class Choice(str, enum.Enum):
             for m in cls:
                 if m.value == key:
                     return m
-        raise SpecError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {value!r}")
+        raise SpecError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {show(value)}")
 
     def __str__(self) -> str:
         return self.value
@@ -72,6 +74,15 @@ class OptimizerKind(Choice):
     shampoo = "shampoo"
 
 
+def show(value: Any, limit: int = 60) -> str:
+    """repr() for error messages, cut short: a value can be a 5000-digit number or a long list."""
+    try:
+        r = repr(value)
+    except ValueError:      # an int too long for str() (sys.get_int_max_str_digits)
+        return f"<a {value.bit_length()}-bit integer>"
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
 def type_name(t: Any) -> str:
     if t is int:
         return "a positive integer"
@@ -98,41 +109,46 @@ def coerce(value: Any, t: Any, where: str, *, allow_zero: bool = False) -> Any:
     if t is bool:
         if isinstance(value, bool):
             return value
-        raise SpecError(f"{where}: expected true or false, got {value!r}")
+        raise SpecError(f"{where}: expected true or false, got {show(value)}")
     if t is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"{where}: expected an integer, got {value!r}")
+            raise SpecError(f"{where}: expected an integer, got {show(value)}")
         lo = 0 if allow_zero else 1
         if value < lo or value > MAX_INT:
-            raise SpecError(f"{where}: expected an integer in [{lo}, {MAX_INT}], got {value}")
+            raise SpecError(f"{where}: expected an integer in [{lo}, {MAX_INT}], got {show(value)}")
         return value
     if t is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"{where}: expected a number, got {value!r}")
-        v = float(value)
+            raise SpecError(f"{where}: expected a number, got {show(value)}")
+        try:
+            v = float(value)
+        except OverflowError:   # an int beyond the float range, e.g. 400 digits
+            raise SpecError(f"{where}: expected a finite number, got {show(value)}") from None
         if v != v or v in (float("inf"), float("-inf")):
-            raise SpecError(f"{where}: expected a finite number, got {value!r}")
+            raise SpecError(f"{where}: expected a finite number, got {show(value)}")
         return v
     if t is str:
         if isinstance(value, str):
             return value
-        raise SpecError(f"{where}: expected a string, got {value!r}")
+        raise SpecError(f"{where}: expected a string, got {show(value)}")
     if isinstance(t, type) and issubclass(t, Choice):
         return t.parse(value, where)
     if origin is list:
         (arg,) = get_args(t)
         if not isinstance(value, (list, tuple)):
-            raise SpecError(f"{where}: expected a list, got {value!r}")
+            raise SpecError(f"{where}: expected a list, got {show(value)}")
         return tuple(coerce(v, arg, f"{where}[{i}]", allow_zero=True) for i, v in enumerate(value))
     if origin is tuple:
         args = get_args(t)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise SpecError(f"{where}: expected a list of {len(args)} values, got {value!r}")
+            raise SpecError(f"{where}: expected a list of {len(args)} values, got {show(value)}")
         return tuple(coerce(v, a, f"{where}[{i}]", allow_zero=True) for i, (v, a) in enumerate(zip(value, args)))
     if hasattr(t, "parse"):
         return t.parse(value, where)
     raise TypeError(f"lmc bug: no coercion for {t!r}")
 
 
+@functools.lru_cache(maxsize=None)
 def hints(cls) -> dict[str, Any]:
+    """The resolved field types of a layer class (cached: get_type_hints evaluates strings)."""
     return typing.get_type_hints(cls)

@@ -12,6 +12,10 @@ from typing import Any
 from .errors import ShapeError
 from .types import TensorType
 
+# A bound on primitive ops per net.  ResNet-152 is ~1,500; a block with `n_blocks: 2000000000`
+# would otherwise build nodes until memory runs out.
+MAX_NODES = 20_000
+
 
 @dataclass(frozen=True)
 class Param:
@@ -86,6 +90,9 @@ class Graph:
 
     def op(self, prim_name: str, *inputs: Value, params=(), state=(), **attrs) -> Value:
         from .prims import make_prim
+        if len(self.nodes) >= MAX_NODES:
+            raise ShapeError(f"the net expands to more than {MAX_NODES:,} primitive ops; is a count "
+                             f"(n_blocks, …) far too large?")
         prim = make_prim(prim_name, **attrs)
         out_t, flops = prim.infer([v.type for v in inputs], [p.type for p in params])
         node = Node(prim, list(inputs), list(params), list(state), layer=self.layer, flops=flops)

@@ -101,6 +101,9 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
                 raise ShapeError(f"{where}: output shape {x.type.shape_str()} has an empty dimension", entry.loc)
         if x.type.size > 2**40:
             raise ShapeError(f"{where}: output {x.type.shape_str()} is absurdly large", entry.loc)
+        for p in g.params[n_params:]:
+            if p.type.size > 2**40:
+                raise ShapeError(f"{where}: parameter {p.name} {p.type.shape_str()} is absurdly large", entry.loc)
         nodes = g.nodes[n_nodes:]
         infos.append(LayerInfo(entry.index, layer.kind, layer.describe(), x.type, g.params[n_params:],
                                g.state[n_state:], sum(n.flops for n in nodes), lowered, entry.loc))

@@ -38,6 +38,8 @@ class Abi:
 def optimizer_slots(net: TypedNet) -> tuple[str, ...]:
     cfg = net.spec.train
     opt = effective_optimizer(cfg)
+    if cfg.use_muon or cfg.use_shampoo:     # the seed's IREE path reads these; refuse, don't ignore
+        raise NotImplementedKind("not implemented yet: use_muon / use_shampoo (lowered: sgd, sgd+momentum, adam/adamw)")
     if opt == OptimizerKind.adam:
         return ("m", "v")
     if opt == OptimizerKind.sgd:
@@ -46,7 +48,7 @@ def optimizer_slots(net: TypedNet) -> tuple[str, ...]:
 
 
 def abi(net: TypedNet) -> Abi:
-    loss = effective_loss(net.spec.train) if net.spec.train else None
+    loss = effective_loss(net.spec.train, net.spec.dataset) if net.spec.train else None
     out = net.output.type
     if loss is not None and loss.kind == "soft_label_ce":
         labels = out
@@ -183,7 +185,7 @@ def _train_step(net: TypedNet, em: _Emitter) -> str:
         saved[id(node)] = list(zip(res[1:1 + len(r.saved)], r.saved))
         stats[id(node)] = list(zip(res[1 + len(r.saved):], r.stats))
     # loss: (logits, labels, label_smoothing) -> (loss, dlogits, correct)
-    loss = effective_loss(cfg)
+    loss = effective_loss(cfg, net.spec.dataset)
     if loss.kind not in ("class_ce", "soft_label_ce"):
         raise NotImplementedKind(f"not implemented yet: loss {loss} (lowered: class_ce, soft_label_ce)")
     if cfg.use_focal:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .config import DatasetKind, parse_train
 from .errors import Loc, MultiError, SpecError
-from .fields import Activation, PadStyle, coerce, hints, snake
+from .fields import Activation, PadStyle, coerce, hints, show, snake
 from .layers import all_layers
 from .yamlsrc import load_yaml
 
@@ -45,6 +44,17 @@ class NetSpec:
     conv_bn_act: Activation = Activation.relu
     conv_pad_style: PadStyle = PadStyle.xla_same
     text: str = ""                    # the YAML after overrides (for hashing)
+    locs: dict = field(default_factory=dict, compare=False, repr=False)  # path → Loc (yamlsrc)
+
+    def loc(self, *path) -> Loc:
+        """Where `path` (snake_case names, list indices) was written, or its nearest parent:
+        `spec.loc("train", "loss_kind")`."""
+        norm = {tuple(snake(k) if isinstance(k, str) else k for k in p): v for p, v in self.locs.items()}
+        while path:
+            if path in norm:
+                return norm[path]
+            path = path[:-1]
+        return Loc(self.file, 1, 1)
 
     @property
     def image_h(self) -> int:
@@ -55,44 +65,64 @@ class NetSpec:
         return self.input[2] if len(self.input) == 3 else 1
 
 
-def apply_overrides(data: Any, overrides: list[str], file: str) -> Any:
-    """`--set train.epochs=3`, `--set layers.2.conv_bn.oc=64`: YAML-typed values."""
+def apply_overrides(data: Any, overrides: list[str], file: str, locs: dict | None = None) -> Any:
+    """`--set train.epochs=3`, `--set layers.2.conv_bn.oc=64`: the value is read as YAML, by the
+    same loader as the file (an empty value is null).  A positional layer
+    (`conv_bn: [3, 8, 3]`) can be set by field name.  Errors in a set value are located at
+    the `--set` itself, not at the line it replaced."""
     for item in overrides or []:
         if "=" not in item:
-            raise SpecError(f"--set expects key=value, got {item!r}")
+            raise SpecError(f"--set expects key=value, got {show(item)}")
         key, text = item.split("=", 1)
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts or not isinstance(data, dict):
-            raise SpecError(f"--set {item!r}: empty key or non-mapping spec")
-        node = data
-        for i, p in enumerate(parts[:-1]):
+        value = load_yaml(text.strip(), f"--set {key}")[0] if text.strip() else None
+        parts = [p for p in key.strip().split(".")]
+        if not key.strip() or "" in parts:
+            raise SpecError(f"--set {show(item)}: expected a dotted key such as train.epochs")
+        if not isinstance(data, dict):
+            raise SpecError(f"--set {key}: the spec is not a mapping")
+        node, path = data, ()
+        for i, p in enumerate(parts):
+            last = i == len(parts) - 1
             if isinstance(node, list):
                 if not p.isdigit() or int(p) >= len(node):
-                    raise SpecError(f"--set {key}: {'.'.join(parts[:i])} has no item {p}")
-                nxt = node[int(p)]
-                if isinstance(nxt, dict) and len(nxt) == 1 and parts[i + 1] not in nxt:
-                    pass
-                node = nxt
+                    where = ".".join(parts[:i])
+                    raise SpecError(f"--set {key}: {where} has {len(node)} items; no item {p!r}")
+                p = int(p)
             elif isinstance(node, dict):
-                if p not in node or node[p] is None:
+                # `--set layers.0.conv_bn.k_size=5` also finds a field written `kSize`
+                p = next((k for k in node if snake(k) == snake(p)), p)
+                if not last and node.get(p) is None:
                     node[p] = {}
-                node = node[p]
+                if not last and isinstance(node[p], list) and path[:1] == ("layers",) and len(path) == 2:
+                    node[p] = _positional_to_mapping(p, node[p], path + (p,), locs)
             else:
-                raise SpecError(f"--set {key}: cannot descend into {'.'.join(parts[:i]) or 'the spec'}")
-        last = parts[-1]
-        if isinstance(node, list):
-            if not last.isdigit() or int(last) >= len(node):
-                raise SpecError(f"--set {key}: no list item {last}")
-            node[int(last)] = value
-        elif isinstance(node, dict):
-            node[last] = value
-        else:
-            raise SpecError(f"--set {key}: cannot set a field of a {type(node).__name__}")
+                raise SpecError(f"--set {key}: {'.'.join(parts[:i])} is {show(node)}, not a mapping or list")
+            path += (p,)
+            if locs is not None and path not in locs:
+                locs[path] = Loc(f"--set {key}")    # a mapping the override created
+            if last:
+                node[p] = value
+            else:
+                node = node[p]
+        if locs is not None:
+            for k in [k for k in locs if k[:len(path)] == path]:
+                del locs[k]
+            locs[path] = Loc(f"--set {key}")
     return data
+
+
+def _positional_to_mapping(kind: str, values: list, path: tuple, locs: dict | None) -> Any:
+    """`[3, 8, 3]` under `conv_bn` → `{ic: 3, oc: 8, k_size: 3}`, so `--set` can name a field;
+    the values keep their locations."""
+    cls = all_layers().get(snake(kind))
+    if cls is None or len(values) > len(dataclasses.fields(cls)):
+        return values               # parse_layer reports the real problem
+    names = [f.name for f in dataclasses.fields(cls)]
+    if locs is not None:
+        for i, name in enumerate(names[:len(values)]):
+            if path + (i,) in locs:
+                locs[path + (name,)] = locs.pop(path + (i,))
+    return dict(zip(names, values))
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None, text: str | None = None) -> NetSpec:
@@ -109,7 +139,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, text: str | 
             raise SpecError("the spec is not UTF-8 text", Loc(file)) from None
     data, locs = load_yaml(text, file)
     if overrides:
-        data = apply_overrides(data, overrides, file)
+        data = apply_overrides(data, overrides, file, locs)
     return parse_spec(data, locs, file, text)
 
 
@@ -121,13 +151,20 @@ def _did_you_mean(name: str, options) -> str:
 def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
     top = Loc(file, 1, 1)
     if not isinstance(data, dict):
-        raise SpecError(f"a spec must be a mapping with `name`, `input` and `layers`, got {type(data).__name__}", top)
+        what = ("an empty document" if data is None else "a list" if isinstance(data, list)
+                else f"the value {show(data)}")
+        raise SpecError(f"a spec must be a mapping with `name`, `input` and `layers`, got {what}", top)
     errors: list[SpecError] = []
 
-    def loc(*path):
+    orig: dict[str, str] = {}           # snake_case name → the key as written
+
+    def raw_loc(*path):                 # where `path` (keys as written) is, or its nearest parent
         while path and path not in locs:
             path = path[:-1]
         return locs.get(path, top)
+
+    def loc(*path):                     # the same, the first key given by its snake_case name
+        return raw_loc(*((orig.get(path[0], path[0]),) + path[1:])) if path else top
 
     def attempt(fn, *a, **kw):
         try:
@@ -139,20 +176,26 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
         return None
 
     for key in data:
-        if snake(key) not in TOP_KEYS:
-            errors.append(SpecError(f"unknown top-level field '{key}'{_did_you_mean(snake(key), TOP_KEYS)}", loc(key)))
-    data = {snake(k): v for k, v in data.items()}
-    name = attempt(lambda: coerce(data["name"], str, "name") if "name" in data
+        name = snake(key)
+        if name not in TOP_KEYS:
+            errors.append(SpecError(f"unknown top-level field '{key}'{_did_you_mean(name, TOP_KEYS)}", raw_loc(key)))
+        elif name in orig:
+            errors.append(SpecError(f"'{key}' repeats '{orig[name]}' (the same field in another spelling)", raw_loc(key)))
+        else:
+            orig[name] = key
+    data = {name: data[key] for name, key in orig.items()}
+    name = attempt(lambda: _at(lambda: _file_name(data["name"], "name"), loc("name")) if "name" in data
                    else _raise(SpecError("`name` is required", top)))
     # input shape
     inp = attempt(_parse_input, data, loc)
     # net-level options
     opts = {}
-    for key, t, default in (("det_stride", int, 32), ("build_tag", str, ""),
+    for key, t, default in (("det_stride", int, 32), ("build_tag", "tag", ""),
                             ("conv_bn_act", Activation, Activation.relu),
                             ("conv_pad_style", PadStyle, PadStyle.xla_same)):
         if key in data:
-            v = attempt(lambda: _at(lambda: coerce(data[key], t, key), loc(key)))
+            v = attempt(lambda: _at(lambda: _file_name(data[key], key, empty_ok=True) if t == "tag"
+                                    else coerce(data[key], t, key), loc(key)))
             opts[key] = v if v is not None else default
     # layers
     layers = []
@@ -165,22 +208,44 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
             layer = attempt(parse_layer, entry, i, loc("layers", i), lambda *p, i=i: loc("layers", i, *p))
             if layer is not None:
                 layers.append(LayerEntry(i, layer, loc("layers", i)))
-    train = None
-    if "train" in data and data["train"] is not None:
-        train = attempt(parse_train, data["train"], locs, file, ("train",) if "train" in {k for k in data} else ("train",))
     dataset, dpath = None, None
     if "dataset" in data and data["dataset"] is not None:
-        ds = data["dataset"]
+        ds, ds_loc, has_kind = data["dataset"], loc("dataset"), True
         if isinstance(ds, dict):
+            for k in ds:
+                if k not in ("kind", "path"):
+                    errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path)", loc("dataset", k)))
             dpath = ds.get("path")
-            ds = ds.get("kind")
             if dpath is not None and not isinstance(dpath, str):
-                errors.append(SpecError(f"dataset.path: expected a string, got {dpath!r}", loc("dataset")))
-        dataset = attempt(lambda: _at(lambda: DatasetKind.parse(ds, "dataset"), loc("dataset")))
+                errors.append(SpecError(f"dataset.path: expected a string, got {show(dpath)}", loc("dataset", "path")))
+                dpath = None
+            if "kind" in ds:
+                ds, ds_loc = ds["kind"], loc("dataset", "kind")
+            else:
+                has_kind = False
+                errors.append(SpecError("dataset: `kind` is required, e.g. {kind: npz, path: data.npz}", ds_loc))
+        if has_kind:
+            dataset = attempt(lambda: _at(lambda: DatasetKind.parse(ds, "dataset"), ds_loc))
+    train = None
+    if "train" in data and data["train"] is not None:
+        train = attempt(parse_train, data["train"], locs, file, (orig["train"],), dataset)
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
     return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
-                   dataset=dataset, dataset_path=dpath, text=text, **opts)
+                   dataset=dataset, dataset_path=dpath, text=text, locs=locs, **opts)
+
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def _file_name(value: Any, where: str, empty_ok: bool = False) -> str:
+    """`name` and `build_tag` name build files (build/<name>-<tag>.vmfb) and head the module text,
+    so they are kept to letters, digits and `_ . + -`: no path separators, spaces or newlines."""
+    v = coerce(value, str, where)
+    if (v or not empty_ok) and not _FILE_NAME.fullmatch(v):
+        raise SpecError(f"{where}: expected letters, digits, '_', '.', '+' or '-' (it names build files), "
+                        f"got {show(v)}")
+    return v
 
 
 def _raise(e):
@@ -196,10 +261,17 @@ def _at(fn, where: Loc):
 
 def _parse_input(data, loc) -> tuple[int, ...]:
     if "input" in data:
+        for k in ("image_h", "image_w"):
+            if k in data:
+                raise SpecError(f"`{k}` is the older spelling of `input`; give one or the other, not both", loc(k))
         inp = data["input"]
         if not isinstance(inp, dict):
             raise SpecError("`input` must be {channels, height, width} or {features}", loc("input"))
-        keys = {snake(k): v for k, v in inp.items()}
+        keys = {}
+        for k, v in inp.items():
+            if snake(k) in keys:
+                raise SpecError(f"input: '{k}' is given twice (in two spellings)", loc("input", k))
+            keys[snake(k)] = v
         if set(keys) == {"features"}:
             return (_at(lambda: coerce(keys["features"], int, "input.features"), loc("input", "features")),)
         if set(keys) == {"channels", "height", "width"}:
@@ -231,9 +303,9 @@ def parse_layer(entry: Any, index: int, where: Loc, loc_of) -> Any:
         (kind, fields), = entry.items()
     else:
         raise SpecError(f"layers[{index}]: expected a layer name or a one-key mapping `kind: {{fields}}`, "
-                        f"got {entry!r:.60}", where)
+                        f"got {show(entry)}", where)
     if not isinstance(kind, str):
-        raise SpecError(f"layers[{index}]: layer kind must be a name, got {kind!r}", where)
+        raise SpecError(f"layers[{index}]: layer kind must be a name, got {show(kind)}", where)
     k = snake(kind)
     if k not in layers:
         raise SpecError(f"layers[{index}]: unknown layer kind '{kind}'{_did_you_mean(k, layers)}", where,
@@ -257,10 +329,13 @@ def parse_layer(entry: Any, index: int, where: Loc, loc_of) -> Any:
                 raise SpecError(f"layers[{index}] ({k}): unknown field '{key}'"
                                 f"{_did_you_mean(name, [f.name for f in fdefs])} (fields: "
                                 f"{', '.join(f.name for f in fdefs) or 'none'})", loc_of(kind, key))
+            if name in given:
+                raise SpecError(f"layers[{index}] ({k}): '{key}' repeats '{orig[name]}' (the same field "
+                                f"in another spelling)", loc_of(kind, key))
             given[name] = v
             orig[name] = key
     else:
-        raise SpecError(f"layers[{index}] ({k}): fields must be a mapping or a list, got {fields!r:.40}", where)
+        raise SpecError(f"layers[{index}] ({k}): fields must be a mapping or a list, got {show(fields)}", where)
     values, errs = {}, []
     for f in fdefs:
         if f.name not in given:

@@ -14,11 +14,11 @@ from .errors import Loc, SpecError
 
 Path_ = tuple  # ("layers", 3, "conv_bn", "ic")
 
-_MAX_NODES = 200_000  # far above any real spec; stops alias ("billion laughs") blow-ups
+_MAX_NODES = 200_000     # far above any real spec; stops alias ("billion laughs") blow-ups
+MAX_CHARS = 1_000_000    # a spec is a page or two; a megabyte is the wrong file (and slow to parse)
 
-
-class _Loader(yaml.SafeLoader):
-    pass
+# libyaml's parser where PyYAML has it (4x faster, same node marks), else the pure-Python one
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _loc(file: str, node: yaml.Node) -> Loc:
@@ -27,6 +27,9 @@ def _loc(file: str, node: yaml.Node) -> Loc:
 
 def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Loc]]:
     """Parse `text`; return (data, locs) where locs maps a path tuple to where it was written."""
+    if len(text) > MAX_CHARS:
+        raise SpecError(f"the spec is {len(text):,} characters long; specs over {MAX_CHARS:,} are refused "
+                        f"(is this the right file?)", Loc(file))
     if "\t" in text:
         for i, line in enumerate(text.splitlines(), 1):
             if "\t" in line[: len(line) - len(line.lstrip())]:
@@ -38,13 +41,21 @@ def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Loc]]:
         mark = e.problem_mark or e.context_mark
         loc = Loc(file, mark.line + 1, mark.column + 1) if mark else Loc(file)
         raise SpecError(f"invalid YAML: {e.problem or e.context}", loc) from None
-    except (yaml.YAMLError, ValueError, RecursionError) as e:
+    except yaml.reader.ReaderError as e:    # a control character, not valid in YAML text
+        before = text[:e.position]
+        loc = Loc(file, before.count("\n") + 1, e.position - (before.rfind("\n") + 1) + 1)
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        raise SpecError(f"invalid YAML: character {code:#06x} is not allowed in YAML text", loc) from None
+    except RecursionError:
+        raise SpecError("invalid YAML: the spec is nested too deeply", Loc(file)) from None
+    except (yaml.YAMLError, ValueError) as e:
         raise SpecError(f"invalid YAML: {e}", Loc(file)) from None
     if node is None:
         raise SpecError("the spec is empty; expected a mapping with `name`, `input` and `layers`",
                         Loc(file, 1, 1))
     locs: dict[Path_, Loc] = {}
     count = [0]
+    constructor = yaml.constructor.SafeConstructor()     # one per load: it caches by node
 
     def convert(n: yaml.Node, path: Path_) -> Any:
         count[0] += 1
@@ -57,7 +68,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Loc]]:
             for k, v in n.value:
                 if not isinstance(k, yaml.ScalarNode):
                     raise SpecError("mapping keys must be plain names", _loc(file, k))
-                key = _scalar(k, file)
+                key = _scalar(k, file, constructor)
                 if not isinstance(key, (str, int, float, bool)) or key is None:
                     raise SpecError(f"mapping key {k.value!r} must be a name", _loc(file, k))
                 key = str(key) if not isinstance(key, str) else key
@@ -69,7 +80,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Loc]]:
             return out
         if isinstance(n, yaml.SequenceNode):
             return [convert(v, path + (i,)) for i, v in enumerate(n.value)]
-        return _scalar(n, file)
+        return _scalar(n, file, constructor)
 
     try:
         return convert(node, ()), locs
@@ -77,8 +88,11 @@ def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Loc]]:
         raise SpecError("the spec is nested too deeply", Loc(file)) from None
 
 
-def _scalar(n: yaml.ScalarNode, file: str) -> Any:
+def _scalar(n: yaml.ScalarNode, file: str, constructor) -> Any:
     try:
-        return _Loader(" ").construct_object(n, deep=True) if n.tag != "tag:yaml.org,2002:str" else n.value
+        return constructor.construct_object(n, deep=True) if n.tag != "tag:yaml.org,2002:str" else n.value
     except (ValueError, OverflowError, yaml.YAMLError, TypeError) as e:
+        if n.tag == "tag:yaml.org,2002:int":    # Python refuses int("9" * 5000) (int_max_str_digits)
+            raise SpecError(f"the number {n.value[:20]}… ({len(n.value)} digits) is far too large",
+                            _loc(file, n)) from None
         raise SpecError(f"cannot read value {n.value[:40]!r}: {e}", _loc(file, n)) from None

@@ -1,0 +1,294 @@
+"""The command line through typer's CliRunner: exit codes (0 ok, 2 for every user error), the
+`file:line:col: message` lines on stderr, what `info`, `render` and `layers` print.  The
+compiler is faked (no test here claims to test compilation)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lmc import __version__
+from lmc.cli import app
+from lmc.layers import all_layers
+
+DATA = Path(__file__).resolve().parent / "data"
+MLP, CNN, RECIPE = DATA / "mlp.yaml", DATA / "cnn.yaml", DATA / "recipe.yaml"
+LOCATED = re.compile(r"^error: (\S+?):(\d+):(\d+): ")
+
+
+def run(*args):
+    """Invoke the app; anything but a clean exit (an uncaught exception) fails the test."""
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert "Traceback" not in r.output
+    return r
+
+
+def write(tmp_path, text, name="spec.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ---------------------------------------------------------------- validate
+
+
+@pytest.mark.parametrize("spec, summary", [
+    (MLP, "ok — 2 layers, 2,410 parameters, output [1, 10]"),
+    (CNN, "ok — 5 layers, 8,754 parameters, output [1, 10]"),
+    (RECIPE, "ok — 3 layers, 2,610 parameters, output [32, 10]"),
+])
+def test_validate_ok(spec, summary):
+    r = run("validate", spec)
+    assert r.exit_code == 0
+    assert r.stderr.strip() == f"{spec}: {summary}"
+    assert r.stdout == ""
+
+
+def test_validate_reports_every_error_located(tmp_path):
+    p = write(tmp_path, "name: m\ninput: {features: 4}\nlayers:\n"
+                        "  - dens: {fan_in: 4, fan_out: 3}\n"
+                        "  - dense: {fan_in: 4, fanOut: 1.5}\n"
+                        "  - dense: {fan_inn: 3, fan_out: 2}\n")
+    r = run("validate", p)
+    assert r.exit_code == 2
+    errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert [LOCATED.match(l).group(2) for l in errors] == ["4", "5", "6"]
+    assert all(LOCATED.match(l).group(1) == str(p) for l in errors)
+    assert errors[0].endswith("layers[0]: unknown layer kind 'dens'; did you mean 'dense'?")
+    assert errors[1].endswith("layers[1] (dense).fan_out: expected an integer, got 1.5")
+    assert errors[2].endswith("layers[2] (dense): unknown field 'fan_inn'; did you mean 'fan_in'? "
+                              "(fields: fan_in, fan_out, act)")
+    assert "hint: `lmc layers` lists every kind" in r.stderr
+
+
+def test_validate_shape_error(tmp_path):
+    p = write(tmp_path, "name: m\ninput: {channels: 1, height: 8, width: 8}\nlayers:\n"
+                        "  - conv2d: [1, 4, 3]\n  - dense: [256, 10]\n")
+    r = run("validate", p)
+    assert r.exit_code == 2
+    assert r.stderr.splitlines() == [
+        f"error: {p}:5:5: layer 1 (dense): expected a rank-2 input [batch, features], got [1, 4, 8, 8]",
+        "hint: add a `flatten` (or `global_avg_pool`) layer before it"]
+
+
+def test_validate_long_messages_are_not_wrapped(tmp_path):
+    p = write(tmp_path, "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3, act: a_very_long_activation_name_that_does_not_exist}\n")
+    r = run("validate", p)
+    line = r.stderr.splitlines()[0]
+    assert LOCATED.match(line) and line.endswith("got 'a_very_long_activation_name_that_does_not_exist'")
+
+
+def test_validate_checks_the_loss_against_the_net(tmp_path):
+    p = write(tmp_path, MLP.read_text() + "train:\n  learning_rate: 0.1\n  batch_size: 2\n  epochs: 1\n"
+                                          "  loss_kind: per_pixel_ce\n")
+    r = run("validate", p)
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"error: {p}:11:3: per_pixel_ce needs per-pixel logits [batch, classes, height, "
+                               f"width], but the net's output is [2, 10]")
+
+
+def test_validate_with_set():
+    r = run("validate", MLP, "--set", "layers.1.dense.fan_out=7")
+    assert r.exit_code == 0 and "output [1, 7]" in r.stderr
+    r = run("validate", RECIPE, "--set", "train.epochs=3", "--set", "train.batch_size=4")
+    assert r.exit_code == 0 and "output [4, 10]" in r.stderr
+    r = run("validate", MLP, "--set", "layers.1.dense.fan_out=0")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("error: --set layers.1.dense.fan_out: layers[1] (dense).fan_out: "
+                                "expected an integer in [1, 2147483647], got 0")
+    r = run("validate", MLP, "--set", "train.epochs")
+    assert r.exit_code == 2 and r.stderr.strip() == "error: --set expects key=value, got 'train.epochs'"
+
+
+# ---------------------------------------------------------------- user errors outside the spec
+
+
+def test_missing_spec_file(tmp_path):
+    for cmd in ("validate", "info", "render", "compile"):
+        r = run(cmd, tmp_path / "nope.yaml")
+        assert r.exit_code == 2, cmd
+        assert r.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: cannot read spec: No such file or directory"
+
+
+def test_directory_and_binary_spec(tmp_path):
+    r = run("validate", tmp_path)
+    assert r.exit_code == 2 and "cannot read spec: Is a directory" in r.stderr
+    p = tmp_path / "x.yaml"
+    p.write_bytes(b"\xff\xfe\x00garbage")
+    r = run("validate", p)
+    assert r.exit_code == 2 and r.stderr.strip() == f"error: {p}: the spec is not UTF-8 text"
+
+
+def test_unknown_command_and_missing_argument():
+    r = run("frobnicate")
+    assert r.exit_code == 2 and "No such command 'frobnicate'" in r.stderr
+    r = run("validate")
+    assert r.exit_code == 2 and "Missing argument" in r.stderr
+
+
+def test_version():
+    r = run("--version")
+    assert r.exit_code == 0
+    assert re.fullmatch(rf"lmc {re.escape(__version__)} \(.+\)\n", r.stdout)
+
+
+def test_real_process_exit_codes(tmp_path):
+    """The installed entry point (`python -m lmc.cli`) behaves as CliRunner says."""
+    root = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    ok = subprocess.run([sys.executable, "-m", "lmc.cli", "validate", str(MLP)], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "ok — 2 layers" in ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "lmc.cli", "validate", str(tmp_path / "nope.yaml")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- info
+
+
+def test_info_table_has_totals():
+    r = run("info", CNN)
+    assert r.exit_code == 0
+    assert "cnn" in r.stdout and "(input [1, 3, 16, 16])" in r.stdout
+    total = [l for l in r.stdout.splitlines() if "total" in l]
+    assert len(total) == 1 and "8,754" in total[0] and "[1, 10]" in total[0]
+    for kind in ("conv_bn", "max_pool", "residual_block", "global_avg_pool", "dense"):
+        assert kind in r.stdout
+
+
+def test_info_json():
+    r = run("info", "--json", RECIPE)
+    assert r.exit_code == 0
+    out = json.loads(r.stdout)
+    assert set(out) == {"name", "input_shape", "output_shape", "total_params", "total_flops", "layers",
+                        "params", "state"}
+    assert (out["name"], out["input_shape"], out["output_shape"]) == ("recipe", [32, 1, 8, 8], [32, 10])
+    assert out["total_params"] == 2610 == sum(l["params"] for l in out["layers"])
+    assert out["total_flops"] == sum(l["flops"] for l in out["layers"]) > 0
+    assert [l["kind"] for l in out["layers"]] == ["conv2d", "flatten", "dense"]
+    assert set(out["layers"][0]) == {"index", "kind", "layer", "output_shape", "params", "flops", "lowered"}
+    for p in out["params"]:
+        assert set(p) == {"name", "shape", "init"}
+    assert [(p["name"], p["shape"], p["init"]) for p in out["params"]] == [
+        ("00.conv2d.weight", [4, 1, 3, 3], "he"), ("00.conv2d.bias", [4], "zeros"),
+        ("02.dense.weight", [256, 10], "glorot"), ("02.dense.bias", [10], "zeros")]
+    cnn = json.loads(run("info", "--json", CNN).stdout)
+    assert {s["init"] for s in cnn["state"]} == {"zeros", "ones"}       # BN running mean / var
+
+
+def test_info_params_and_batch():
+    r = run("info", "--params", MLP)
+    assert r.exit_code == 0
+    assert "parameters (train-step argument order)" in r.stdout
+    for name in ("00.dense.weight", "00.dense.bias", "01.dense.weight", "01.dense.bias"):
+        assert name in r.stdout
+    r = run("info", "--json", "--batch", "5", MLP)
+    assert json.loads(r.stdout)["input_shape"] == [5, 64]
+
+
+def test_info_error_is_located(tmp_path):
+    r = run("info", write(tmp_path, "name: m\ninput: {features: 4}\nlayers:\n  - dense: [5, 3]\n"))
+    assert r.exit_code == 2 and LOCATED.match(r.stderr) and r.stdout == ""
+
+
+# ---------------------------------------------------------------- render
+
+
+def test_render_stdout_and_file(tmp_path):
+    r = run("render", RECIPE)
+    assert r.exit_code == 0
+    text = r.stdout
+    assert "module @model {" in text and "func.func @train_step(" in text and "func.func @forward(" in text
+    out = tmp_path / "m.mlir"
+    r = run("render", RECIPE, "-o", out)
+    assert r.exit_code == 0 and r.stdout == ""
+    assert out.read_text() == text
+    assert r.stderr.strip() == f"wrote {out} ({len(text):,} bytes)"
+
+
+def test_render_function_forward():
+    r = run("render", "--function", "forward", MLP)       # no recipe needed for forward
+    assert r.exit_code == 0
+    assert "func.func @forward(" in r.stdout and "@train_step" not in r.stdout
+    r = run("render", "--function", "train_step", RECIPE)
+    assert r.exit_code == 0 and "func.func @train_step(" in r.stdout and "func.func @forward(" not in r.stdout
+
+
+def test_render_errors():
+    r = run("render", "--function", "backward", MLP)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: --function must be train_step, forward or all, got 'backward'"
+    r = run("render", MLP)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: {MLP}:5:5: rendering @train_step needs a `train:` recipe in the spec"
+
+
+# ---------------------------------------------------------------- layers
+
+
+def test_layers_lists_every_registered_kind():
+    r = run("layers")
+    assert r.exit_code == 0
+    rows = {l.split("│")[1].strip() for l in r.stdout.splitlines() if l.startswith("│") and l.split("│")[1].strip()}
+    assert set(all_layers()) <= rows
+    assert "fan_in, fan_out, act=identity" in r.stdout
+
+
+# ---------------------------------------------------------------- compile (compiler faked)
+
+
+@pytest.fixture
+def fake_compiler(monkeypatch, tmp_path):
+    """Replace compile_module: record the module text, write a stub .vmfb."""
+    import lmc.compile as comp
+    calls = []
+
+    def fake(text, out=None, backend=None, chip=None, verbose=False):
+        calls.append((text, out, backend))
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"vmfb")
+        return comp.Compiled(out, False, 0.0, ["iree-compile", "fake"])
+
+    monkeypatch.setattr(comp, "compile_module", fake)
+    monkeypatch.chdir(tmp_path)
+    return calls
+
+
+def test_compile_spec_with_fake_compiler(fake_compiler, tmp_path):
+    r = run("compile", RECIPE, "--backend", "llvm-cpu")
+    assert r.exit_code == 0, r.stderr
+    (text, out, backend), = fake_compiler
+    assert "module @model" in text and backend == "llvm-cpu"
+    assert Path(out) == Path("build") / "recipe-ablation-a.llvm-cpu.vmfb"     # build_tag in the name
+    assert f"compiling recipe-ablation-a for llvm-cpu → {out}" in r.stderr
+    assert "compiled in 0.0s" in r.stderr
+
+
+def test_compile_refuses_a_bad_spec_before_compiling(fake_compiler, tmp_path):
+    r = run("compile", write(tmp_path, "name: m\ninput: {features: 4}\nlayers: [dens]\n"))
+    assert r.exit_code == 2 and LOCATED.match(r.stderr)
+    assert fake_compiler == []
+    r = run("compile", RECIPE, "--backend", "tpu")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: unknown backend 'tpu'; expected one of llvm-cpu, cuda, rocm"
+    r = run("compile", tmp_path / "missing.mlir")
+    assert r.exit_code == 2 and "cannot read" in r.stderr
+
+
+def test_user_text_is_not_read_as_markup(tmp_path):
+    """Paths and names with [brackets] are printed as they are, never parsed as rich markup
+    (a name "[/x]" once crashed `info` with a MarkupError; names are now restricted too)."""
+    d = tmp_path / "a[x]"
+    d.mkdir()
+    p = write(d, MLP.read_text(), "m[b].yaml")
+    for cmd in ("validate", "info"):
+        assert run(cmd, p).exit_code == 0
+    r = run("validate", write(d, MLP.read_text().replace("name: mlp", "name: '[/x]'"), "n.yaml"))
+    assert r.exit_code == 2 and "[/x]" in r.stderr
