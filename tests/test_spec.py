@@ -414,9 +414,12 @@ def test_spatial_size_to_zero():
                          "  - conv2d: [2, 2, 3, valid]\n  - conv2d: [2, 2, 3, valid]\n")
     assert e.message == "layer 3 (conv2d): a 3x3 kernel does not fit a 2x2 input (output would be 0x0)"
     assert e.loc.line == 7
-    # max_pool has XLA SAME geometry (out = ceil(in / stride)): a chain shrinks to 1x1, never 0
-    net = infer(load(CNN_HEAD + "  - max_pool: [2, 2]\n" * 6))
-    assert [l.out.dims[2:] for l in net.layers] == [(4, 4), (2, 2), (1, 1), (1, 1), (1, 1), (1, 1)]
+    # max_pool has XLA SAME geometry (out = ceil(in / stride)), so a chain never reaches 0x0, but a
+    # window larger than its input is refused (it would only pool padding, and its backward grows
+    # with the window's square)
+    e = error(CNN_HEAD + "  - max_pool: [2, 2]\n" * 4)
+    assert e.message == "layer 3 (max_pool): a 2x2 pooling window is larger than the 1x1 input"
+    assert e.loc.line == 7
 
 
 def test_infer_batch_comes_from_the_recipe():

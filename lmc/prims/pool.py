@@ -31,6 +31,8 @@ class MaxPool(Prim):
         if x.rank != 4:
             raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.shape_str()}")
         b, c, h, w = x.dims
+        if self.size > h or self.size > w:
+            raise ShapeError(f"a {self.size}x{self.size} pooling window is larger than the {h}x{w} input")
         oh, ow = -(-h // self.stride), -(-w // self.stride)
         return _t(b, c, oh, ow), b * c * oh * ow * self.size * self.size
 
