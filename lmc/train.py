@@ -107,6 +107,11 @@ def load_data(net, data: Path | None, seed: int):
     return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed)
 
 
+def _to_host(arrays) -> list[np.ndarray]:
+    """Fresh host copies of device arrays (a read waits for the work that produces them)."""
+    return [np.array(a.to_host() if hasattr(a, "to_host") else a, dtype=np.float32, copy=True) for a in arrays]
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -254,8 +259,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ pieces
     def save(self, complete: bool = False) -> Path:
-        host = lambda xs: [np.array(x) for x in xs]      # noqa: E731 -- copies device → host
-        params, opt, state = host(self.P), host(self.O), host(self.S)
+        params, opt, state = _to_host(self.P), _to_host(self.O), _to_host(self.S)
         for name, a in zip([p.name for p in self.net.params] + [s.name for s in self.net.state], params + state):
             if not np.isfinite(a).all():
                 raise self._nan_error(f"parameter {name} is not finite after step {self.step}")
@@ -293,8 +297,8 @@ class Trainer:
         ips = self.net.batch * len(self.pending) / max(now - self.t_window, 1e-9)
         B = self.net.batch
         for step, ep, b, lr, loss_d, corr_d in self.pending:
-            loss = float(np.asarray(loss_d))
-            correct = float(np.asarray(corr_d))
+            loss = float(loss_d.to_host())
+            correct = float(corr_d.to_host())
             if not math.isfinite(loss):
                 self.pending = []
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
