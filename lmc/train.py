@@ -139,8 +139,12 @@ class _Metrics:
             atomic_write(path, lambda f: f.write(text.encode()))
         self.f = open(path, "a")
 
-    def write(self, **rec):
+    def write(self, flush: bool = True, **rec):
         self.f.write(json.dumps(rec) + "\n")
+        if flush:
+            self.f.flush()
+
+    def flush(self):
         self.f.flush()
 
     def close(self):
@@ -301,13 +305,15 @@ class Trainer:
             correct = float(corr_d.to_host())
             if not math.isfinite(loss):
                 self.pending = []
+                self.metrics.flush()
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
-            self.metrics.write(kind="step", step=step, epoch=ep + 1, batch=b, loss=loss, acc=correct / B,
-                               lr=lr, images_per_s=round(ips, 1))
+            self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
+                               acc=correct / B, lr=lr, images_per_s=round(ips, 1))
             self.ep_loss += loss
             self.ep_correct += correct
             self.ep_n += 1
             self.last_loss = loss
+        self.metrics.flush()
         self.pending = []
         self.t_window = time.perf_counter()
         self.ips = ips

@@ -272,3 +272,17 @@ def test_ctrl_c_checkpoints_mid_epoch_and_resume_matches(kill_setup):
     p = _run(spec, d, out, "--resume")
     assert _finish(p) == 0, p.log.read_text()
     assert _same(tensors(out / "last.npz"), ref) == 0.0
+
+
+# ------------------------------------------------------------------------------------ demo specs
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,floor", [("digits_mlp", 0.97), ("digits_cnn", 0.98)])
+def test_digits_specs_reach_their_accuracy(tmp_path, name, floor):
+    """The demo recipes (fixed seed) reach ≥ 97% (MLP) / ≥ 98% (CNN) test top-1 in < 2 min."""
+    t0 = time.time()
+    code, out = lmc("train", ROOT / "specs" / f"{name}.yaml", "--out", tmp_path / "run")
+    assert code == 0, out
+    assert time.time() - t0 < 120
+    ev = records(tmp_path / "run", "eval")[-1]
+    assert ev["n"] == 360 and ev["top1"] >= floor, ev
