@@ -197,7 +197,8 @@ def train(spec: SpecArg,
         err.print(str(e), markup=False, highlight=False)
         raise typer.Exit(130)
     except KeyboardInterrupt:
-        err.print("aborted (second Ctrl-C): no checkpoint written for the current step", markup=False)
+        err.print("aborted by Ctrl-C (before training started, or a second Ctrl-C): no checkpoint was written "
+                  "for the current step", markup=False, soft_wrap=True)
         raise typer.Exit(130)
     ev = f"; {s.eval.describe()}" if s.eval is not None else ""
     loss = f"{s.loss:.4f}" if s.loss is not None else "n/a"
@@ -219,7 +220,8 @@ def eval_cmd(spec: SpecArg,
     from .train import evaluate_checkpoint
     with user_errors():
         net = _load(spec, set, batch)
-        r = evaluate_checkpoint(net, init, data, backend, chip, lambda t: err.print(t, markup=False, highlight=False))
+        r = evaluate_checkpoint(net, init, data, backend, chip,
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True))
     if as_json:
         print(json.dumps(r.as_dict()))
     else:

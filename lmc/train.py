@@ -30,7 +30,7 @@ import numpy as np
 
 from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash, save_checkpoint
 from .config import TRAIN_FIELDS, effective_optimizer
-from .errors import DataError, TrainError
+from .errors import DataError, LmcError, TrainError
 from .evaluate import EvalResult, evaluate
 from .init import init_tensors
 from .lower import hyperparams
@@ -168,7 +168,7 @@ class Trainer:
                              "--init starts a new one from given parameters")
         if opts.steps is not None and opts.steps < 1:
             raise TrainError(f"--steps must be at least 1, got {opts.steps}")
-        if not opts.resume and not opts.overwrite and (self.ckpt_path.exists() or (self.out / METRICS).exists()):
+        if not opts.resume and not opts.overwrite and self.ckpt_path.exists():
             raise TrainError(f"{self.out} already holds a run",
                              hint="continue it with --resume, replace it with --overwrite, or choose another --out")
         self.stop_requested = False
@@ -435,7 +435,7 @@ class Trainer:
             self.log(line)
             if (cfg.checkpoint_every_n_epochs and n % cfg.checkpoint_every_n_epochs == 0) and n != cfg.epochs:
                 self.save()
-            if self.stop_requested:
+            if self.stop_requested and self.step < self.stop_at and self.epoch < cfg.epochs:
                 self._interrupt()
 
 
@@ -456,8 +456,15 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
     b = resolve_backend(backend)
-    c = compile_module(lower(net, "forward"), None, b, chip)
-    log(f"{'cached' if c.cached else 'compiled'} @forward for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
+    text = None
+    if net.spec.train is not None:
+        # the whole module, as `lmc train` compiled it: a cache hit after training
+        try:
+            text = lower(net)
+        except LmcError:
+            text = None
+    c = compile_module(text or lower(net, "forward"), None, b, chip)
+    log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({got.what})")
     mod = Module(c.path, b)
     P = [mod.upload(a) for a in got.params]
