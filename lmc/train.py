@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash, save_checkpoint
-from .config import TRAIN_FIELDS, effective_optimizer
+from .config import TRAIN_FIELDS, effective_loss, effective_optimizer
 from .errors import DataError, LmcError, TrainError
 from .evaluate import EvalResult, evaluate
 from .init import init_tensors
@@ -88,6 +88,9 @@ def check_recipe(cfg) -> None:
     if on:
         raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
                          hint="remove these fields from the recipe (or set them to their defaults)")
+    if effective_loss(cfg).kind != "class_ce":
+        raise TrainError(f"not implemented yet in lmc train: loss {effective_loss(cfg)} (the data pipeline "
+                         f"produces integer class labels: class_ce)")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
         raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
 
