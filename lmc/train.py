@@ -80,6 +80,7 @@ class Summary:
     steps_run: int
     images_per_s: float
     checkpoint: Path | None = None
+    train_cpu_seconds: float = 0.0      # process CPU time (all threads) of the training steps
     extra: dict = field(default_factory=dict)
 
 
@@ -326,7 +327,7 @@ class Trainer:
         t_start = time.perf_counter()
         self.setup()
         self.last_eval, self.last_eval_step = None, None
-        self.train_seconds, self.steps_run = 0.0, 0
+        self.train_seconds, self.steps_run, self.train_cpu = 0.0, 0, 0.0
         if self.step >= self.stop_at:
             self.log(f"nothing to train: the run is at step {self.step} of {self.stop_at}")
         old = None
@@ -347,7 +348,8 @@ class Trainer:
         self.metrics.close()
         ips = self.net.batch * self.steps_run / self.train_seconds if self.train_seconds else 0.0
         return Summary(self.out, self.step, self.epoch, self.last_loss, self.last_eval,
-                       time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path)
+                       time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path,
+                       self.train_cpu)
 
     def _on_sigint(self, signum, frame):
         if self.stop_requested:           # a second Ctrl-C: stop at once, no checkpoint
@@ -387,7 +389,7 @@ class Trainer:
                                 TimeRemainingColumn(), console=console, transient=True,
                                 disable=console is None or not console.is_terminal)
             task = progress.add_task("", total=self.bpe, completed=self.batch, loss="…", ips="…")
-            t_epoch = time.perf_counter()
+            t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
             steps_epoch = 0
             it = self.batcher.epoch(e, self.batch)
             self.t_window = time.perf_counter()
@@ -411,6 +413,7 @@ class Trainer:
                                             ips=f"{self.ips:,.0f}")
                         if self.stop_requested and not end_of_epoch:   # at an epoch end: after its eval
                             self.train_seconds += time.perf_counter() - t_epoch
+                            self.train_cpu += time.process_time() - cpu_epoch
                             self.steps_run += steps_epoch
                             self._interrupt()
                         if self.step >= self.stop_at:
@@ -419,6 +422,7 @@ class Trainer:
                     it.close()
             dt = time.perf_counter() - t_epoch
             self.train_seconds += dt
+            self.train_cpu += time.process_time() - cpu_epoch
             self.steps_run += steps_epoch
             if self.batch < self.bpe:        # stopped by --steps inside the epoch
                 self.log(f"stopped at step {self.step} (epoch {e + 1}, batch {self.batch}/{self.bpe}), --steps {self.opts.steps}")
