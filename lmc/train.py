@@ -152,7 +152,8 @@ class _Metrics:
         self.f.flush()
 
     def close(self):
-        self.f.close()
+        if not self.f.closed:
+            self.f.close()
 
 
 class Trainer:
@@ -270,6 +271,7 @@ class Trainer:
         params, opt, state = _to_host(self.P), _to_host(self.O), _to_host(self.S)
         for name, a in zip([p.name for p in self.net.params] + [s.name for s in self.net.state], params + state):
             if not np.isfinite(a).all():
+                self.metrics.write(kind="diverged", time=_now(), step=self.step, parameter=name)
                 raise self._nan_error(f"parameter {name} is not finite after step {self.step}")
         meta = {"step": self.step, "epoch": self.epoch, "batch": self.batch, "seed": self.cfg.seed,
                 "shuffle": self.opts.shuffle, "batch_size": self.net.batch, "steps_per_epoch": self.bpe,
@@ -309,7 +311,7 @@ class Trainer:
             correct = float(corr_d.to_host())
             if not math.isfinite(loss):
                 self.pending = []
-                self.metrics.flush()
+                self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
             self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
                                acc=correct / B, lr=lr, images_per_s=round(ips, 1))
@@ -325,6 +327,14 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def run(self) -> Summary:
         t_start = time.perf_counter()
+        self.metrics = None
+        try:
+            return self._run(t_start)
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()
+
+    def _run(self, t_start: float) -> Summary:
         self.setup()
         self.last_eval, self.last_eval_step = None, None
         self.train_seconds, self.steps_run, self.train_cpu = 0.0, 0, 0.0
@@ -345,7 +355,6 @@ class Trainer:
         self.save(complete=self.step >= self.total)
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
                            train_seconds=round(self.train_seconds, 3))
-        self.metrics.close()
         ips = self.net.batch * self.steps_run / self.train_seconds if self.train_seconds else 0.0
         return Summary(self.out, self.step, self.epoch, self.last_loss, self.last_eval,
                        time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path,
@@ -360,7 +369,6 @@ class Trainer:
         self._flush()
         path = self.save()
         self.metrics.write(kind="interrupted", time=_now(), step=self.step)
-        self.metrics.close()
         raise Interrupted(f"interrupted at step {self.step} (epoch {self.epoch + 1}, batch {self.batch}); "
                           f"checkpoint saved to {path}.  Continue with: lmc train {self.net.spec.file} "
                           f"--resume --out {self.out}")

@@ -100,6 +100,8 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     assert 23 <= int(m.group(2)) <= 26
     assert f"the last good checkpoint is {run / 'last.npz'} (step 22)" in out
     assert hashlib.sha256((run / "last.npz").read_bytes()).hexdigest() == digest
+    (bad,) = records(run, "diverged")
+    assert bad["step"] == int(m.group(2)) and bad["loss"] in ("nan", "inf")
     # a fresh run that diverges before any checkpoint says so
     code, out = lmc("train", MLP, "--epochs", 3, "--out", tmp_path / "fresh", "--set", "train.learning_rate=1.0e+30")
     assert code == 2 and "training diverged" in out and "no checkpoint had been written yet" in out
@@ -207,6 +209,7 @@ def _run(spec, d, out, *extra):
     log = open(f"{out}.stderr", "a")
     p = subprocess.Popen([sys.executable, "-m", "lmc.cli", "train", str(spec), "--data", str(d / "data.npz"),
                           "--out", str(out), *extra], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()                                            # the child has its own descriptor
     p.log = Path(f"{out}.stderr")
     return p
 
