@@ -9,6 +9,8 @@ SGD and SGD+momentum with coupled L2 (g + wd·θ, as torch.optim.SGD and lmc's t
 AdamW β 0.9/0.999, ε 1e-8, bias correction at t = 1, decoupled decay on the old θ."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -158,7 +160,6 @@ def test_one_lmc_step_equals_jax(tmp_path, net_kind, opt):
     hp = {"lr": cfg.learning_rate, "wd": cfg.weight_decay, "mu": cfg.momentum, "bn_momentum": cfg.bn_momentum}
     loss, new_p, new_o, new_s = jax_step(layers, [jnp.asarray(a) for a in params], [jnp.asarray(a) for a in state],
                                          jnp.asarray(x), jnp.asarray(y), opt, hp)
-    import json
     meta = json.loads(str(got["__lmc__"]))
     assert meta["step"] == 1 and meta["loss"] == pytest.approx(loss, rel=1e-5)
     for p, want in zip(net.params, new_p):
