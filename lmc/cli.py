@@ -174,6 +174,78 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
 
 
 @app.command()
+def train(spec: SpecArg,
+          backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu); the module runs on that backend's device.")] = None,
+          chip: Annotated[Optional[str], typer.Option(help="Target chip: sm_86 (cuda), gfx1100 (rocm), host (llvm-cpu); default $IREE_CHIP.")] = None,
+          data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>); a .npz file selects the npz loader.")] = None,
+          out: Annotated[Optional[Path], typer.Option(help="Run directory for the checkpoint (last.npz) and metrics.jsonl (default: runs/<spec name>).")] = None,
+          epochs: Annotated[Optional[int], typer.Option(help="Train this many epochs instead of the recipe's (same as --set train.epochs=N).")] = None,
+          steps: Annotated[Optional[int], typer.Option(help="Stop when the global step reaches N (the lr schedule still spans the recipe's epochs).")] = None,
+          init: Annotated[Optional[Path], typer.Option(help="Start from these parameters: an lmc checkpoint, a .npz/.safetensors of named tensors, or a flat float32 .bin.")] = None,
+          resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint, with its optimizer state and data position.")] = False,
+          shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
+          overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
+          log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          set: SetOpt = None) -> None:
+    """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
+    Ctrl-C saves a checkpoint at the current step and exits with code 130."""
+    from .train import Interrupted, TrainOptions, train as run_training
+    sets = list(set or []) + ([f"train.epochs={epochs}"] if epochs is not None else [])
+    try:
+        with user_errors():
+            net = _load(spec, sets)
+            from .config import check_against_net
+            if net.spec.train is not None:
+                check_against_net(net.spec.train, net.num_classes, lambda f: net.spec.layers[-1].loc)
+            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
+                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every))
+            s = run_training(net, opts, err)
+    except Interrupted as e:
+        err.print(str(e), markup=False, highlight=False)
+        raise typer.Exit(130)
+    except KeyboardInterrupt:
+        err.print("aborted by Ctrl-C (before training started, or a second Ctrl-C): no checkpoint was written "
+                  "for the current step", markup=False, soft_wrap=True)
+        raise typer.Exit(130)
+    ev = f"; {s.eval.describe()}" if s.eval is not None else ""
+    loss = f"{s.loss:.4f}" if s.loss is not None else "n/a"
+    err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
+              f"({s.images_per_s:,.0f} img/s), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
+              f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("eval")
+def eval_cmd(spec: SpecArg,
+             init: Annotated[Path, typer.Option(help="The parameters to score: an lmc checkpoint (RUN_DIR/last.npz), a .npz/.safetensors of named tensors, or a flat .bin.")],
+             backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+             chip: Annotated[Optional[str], typer.Option(help="Target chip: sm_86 (cuda), gfx1100 (rocm), host (llvm-cpu); default $IREE_CHIP.")] = None,
+             data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")] = None,
+             batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
+             as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
+             set: SetOpt = None) -> None:
+    """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
+    from .train import evaluate_checkpoint
+    with user_errors():
+        net = _load(spec, set, batch)
+        r = evaluate_checkpoint(net, init, data, backend, chip,
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True))
+    if as_json:
+        print(json.dumps(r.as_dict()))
+    else:
+        console.print(r.describe(), markup=False, highlight=False)
+
+
+@app.command()
+def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `lmc train` (holds metrics.jsonl).", show_default=False)],
+         output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None) -> None:
+    """Plot a run's loss and accuracy curves from RUN_DIR/metrics.jsonl into a PNG."""
+    from .plot import plot_run
+    with user_errors():
+        path = plot_run(run_dir, output)
+    err.print(f"wrote {path}", markup=False, highlight=False)
+
+
+@app.command()
 def layers() -> None:
     """List every registered layer kind with its fields and whether it lowers yet."""
     import dataclasses

@@ -95,20 +95,28 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
     cdir.mkdir(parents=True, exist_ok=True)
     cached = cdir / f"{key}.vmfb"
     mlir = cdir / f"{key}.mlir"
-    cmd = [exe, str(mlir), *fl, "-o", str(cached) + ".tmp"]
+    # Per-process temp names: parallel test workers may compile the same module at once.
+    mlir_tmp = cdir / f"{key}.{os.getpid()}.mlir"
+    tmp_out = f"{cached}.{os.getpid()}.tmp"
+    cmd = [exe, str(mlir), *fl, "-o", str(cached)]          # as shown to the user (--verbose)
     t0 = time.time()
     hit = cached.exists()
     if not hit:
-        mlir.write_text(text)
+        mlir_tmp.write_text(text)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run([exe, str(mlir_tmp), *fl, "-o", tmp_out], capture_output=True, text=True)
         except OSError as e:
+            mlir_tmp.unlink(missing_ok=True)
             raise CompileError(f"cannot run {exe}: {e}") from None
         if proc.returncode != 0:
+            os.replace(mlir_tmp, mlir)
+            Path(tmp_out).unlink(missing_ok=True)
             raise CompileError(_diagnose(proc.stderr, text, mlir), hint=f"full module: {mlir}")
-        os.replace(str(cached) + ".tmp", cached)
-        if not verbose:
-            mlir.unlink(missing_ok=True)
+        os.replace(tmp_out, cached)
+        if verbose:
+            os.replace(mlir_tmp, mlir)
+        else:
+            mlir_tmp.unlink(missing_ok=True)
     dt = time.time() - t0
     if out is not None:
         out = Path(out)

@@ -1,0 +1,69 @@
+"""Initial parameters and BN running statistics for a TypedNet, in ABI order.
+
+Input: the net (its `params` and `state`, in `lmc info --params` order) and the recipe's seed.
+Output: one float32 array per parameter and per state tensor.
+
+Rules (the seed's; training.md §5.2/§5.3, not the Lean IREE path's fan-in Bates-3 sampler):
+  he            normal, std √(2/fan_out)                 conv weights [oc, ic, k, k]
+  glorot        uniform ±√(6/(fan_in + fan_out))         dense weights [in, out]
+  normal        normal, std Param.std
+  trunc_normal  normal, std Param.std, redrawn outside ±2·std
+  zeros / ones  biases, BN β / BN γ; BN running mean 0, running var 1
+Any other kind is refused: silently drawing something plausible would train a different net.
+
+Determinism: tensor i draws from its own `Generator(PCG64([seed, INIT_STREAM, i]))`, so the
+same seed gives bit-identical tensors (in float64, then rounded to float32) on every platform,
+and adding a layer at the end never changes the earlier layers' draws."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import TrainError
+
+INIT_STREAM = 0x1A17      # mixed into the seed so init never shares a stream with the data order
+KINDS = ("he", "glorot", "normal", "trunc_normal", "zeros", "ones")
+
+
+def init_tensors(net, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(params, state): fresh float32 arrays in ABI order."""
+    params = [_draw(p, np.random.Generator(np.random.PCG64([seed % 2**64, INIT_STREAM, i])))
+              for i, p in enumerate(net.params)]
+    state = [_constant(s.name, s.init, s.type.dims) for s in net.state]
+    return params, state
+
+
+def _constant(name: str, kind: str, dims) -> np.ndarray:
+    if kind == "zeros":
+        return np.zeros(dims, np.float32)
+    if kind == "ones":
+        return np.ones(dims, np.float32)
+    raise TrainError(f"tensor {name}: unknown init {kind!r} for a constant tensor (known: zeros, ones)")
+
+
+def _draw(p, rng: np.random.Generator) -> np.ndarray:
+    dims = p.type.dims
+    if p.init in ("zeros", "ones"):
+        return _constant(p.name, p.init, dims)
+    if p.init == "he":
+        if p.fan_out <= 0:
+            raise TrainError(f"parameter {p.name}: He init needs fan_out > 0 (a bug in its layer)")
+        return (rng.standard_normal(dims) * math.sqrt(2.0 / p.fan_out)).astype(np.float32)
+    if p.init == "glorot":
+        if p.fan_in + p.fan_out <= 0:
+            raise TrainError(f"parameter {p.name}: Glorot init needs fan_in + fan_out > 0 (a bug in its layer)")
+        a = math.sqrt(6.0 / (p.fan_in + p.fan_out))
+        return rng.uniform(-a, a, dims).astype(np.float32)
+    if p.init in ("normal", "trunc_normal"):
+        if not p.std > 0:
+            raise TrainError(f"parameter {p.name}: {p.init} init needs std > 0, got {p.std}")
+        z = rng.standard_normal(dims)
+        if p.init == "trunc_normal":
+            out = np.abs(z) > 2.0
+            while out.any():                  # redraw the tails: a normal truncated at ±2σ
+                z[out] = rng.standard_normal(int(out.sum()))
+                out = np.abs(z) > 2.0
+        return (z * p.std).astype(np.float32)
+    raise TrainError(f"parameter {p.name}: unknown init kind {p.init!r} (known: {', '.join(KINDS)})",
+                     hint="add the rule to lmc/init.py")

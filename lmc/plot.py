@@ -1,0 +1,69 @@
+"""`lmc plot`: RUN_DIR/metrics.jsonl → a PNG with the loss and accuracy curves (matplotlib, Agg)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import TrainError
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise TrainError(f"no metrics log at {path}", hint="pass the --out directory of an `lmc train` run")
+    recs = []
+    for line in path.read_text().splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            continue                       # a last line cut short by a kill
+    return recs
+
+
+def plot_run(run_dir: Path, output: Path | None = None) -> Path:
+    """Loss per step (and per-epoch mean) on the left; train and validation top-1 per epoch,
+    with the validation's 95% Wilson interval, on the right."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    steps = [r for r in recs if r.get("kind") == "step"]
+    if not steps:
+        raise TrainError(f"{run_dir / 'metrics.jsonl'} has no step records yet")
+    epochs = [r for r in recs if r.get("kind") == "epoch"]
+    evals = [r for r in recs if r.get("kind") == "eval" and r.get("top1") is not None]
+    head = next((r for r in recs if r.get("kind") == "header"), {})
+    bpe = head.get("steps_per_epoch") or 1
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([r["step"] / bpe for r in steps], [r["loss"] for r in steps], lw=0.6, alpha=0.5, label="loss per step")
+    if epochs:
+        ax1.plot([r["epoch"] for r in epochs], [r["loss"] for r in epochs], "o-", ms=3, label="epoch mean")
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("training loss")
+    if min(r["loss"] for r in steps) > 0:
+        ax1.set_yscale("log")
+    ax1.grid(alpha=0.3)
+    ax1.legend()
+
+    if epochs:
+        ax2.plot([r["epoch"] for r in epochs], [100 * r["acc"] for r in epochs], "o-", ms=3, label="train top-1")
+    if evals:
+        x = [r["step"] / bpe for r in evals]
+        y = [100 * r["top1"] for r in evals]
+        err = [[100 * (r["top1"] - r["top1_lo"]) for r in evals], [100 * (r["top1_hi"] - r["top1"]) for r in evals]]
+        ax2.errorbar(x, y, yerr=err, fmt="s-", ms=4, capsize=3, label="val top-1 (95% Wilson)")
+        if "top5" in evals[-1]:
+            ax2.plot(x, [100 * r["top5"] for r in evals], "^--", ms=4, label="val top-5")
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("accuracy (%)")
+    ax2.grid(alpha=0.3)
+    ax2.legend(loc="lower right")
+    fig.suptitle(f"{head.get('name', run_dir.name)}  ({head.get('optimizer', '?')}, lr {head.get('learning_rate', '?')}, "
+                 f"batch {head.get('batch_size', '?')})")
+    fig.tight_layout()
+    out = Path(output) if output else run_dir / "curves.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

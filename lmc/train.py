@@ -1,0 +1,487 @@
+"""`lmc train`: TypedNet + dataset → a trained run directory.
+
+Input: a TypedNet with a `train:` recipe and TrainOptions (backend, data, run directory, …).
+Output: RUN_DIR/last.npz (checkpoint, lmc/checkpoint.py) and RUN_DIR/metrics.jsonl.
+
+Flow: load data → lower → compile (cached) → load the module on the backend's device →
+initialize (lmc/init.py; bootstrap; --init) or restore (--resume) → upload parameters,
+optimizer state and BN statistics once → per step: lr from the schedule, one `@train_step` call
+whose results (device arrays) are fed straight back; nothing comes to the host per step except
+what the next call needs.  Losses stay on the device and are read back every `log_every` steps
+and at each epoch end (a read waits for the queued work); that read is where non-finite losses
+are caught, so a NaN is detected at most `log_every` steps late, but named at its own step.
+
+Resume: the data order and augmentation of (epoch, batch) depend only on (seed, epoch, batch)
+(lmc.data.Batcher) and the lr only on the global step, so restarting from a checkpoint's
+(step, epoch, batch) with its parameters, optimizer state and BN statistics repeats exactly the
+computation an uninterrupted run would have done."""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash, save_checkpoint
+from .config import TRAIN_FIELDS, effective_loss, effective_optimizer
+from .errors import DataError, LmcError, TrainError
+from .evaluate import EvalResult, evaluate
+from .init import init_tensors
+from .lower import hyperparams
+from .schedule import learning_rate, schedule_name
+
+CHECKPOINT = "last.npz"
+METRICS = "metrics.jsonl"
+
+# Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
+# is refused instead of silently training without it.
+_UNSUPPORTED = ("use_muon", "use_shampoo", "use_focal", "use_diou_box", "anchors", "fpn_scales",
+                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "use_mixup", "use_cutmix",
+                "use_knn_mixup", "use_rand_augment", "use_auto_augment", "repeated_aug", "train_res",
+                "test_crop_ratio", "drop_path", "grad_accum_steps", "use_ema", "use_swa", "use_swag",
+                "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout",
+                "grad_clip_norm", "head_lr_mult", "fpn_affine_scale", "fpn_affine_translate",
+                "fpn_affine_prob")
+
+
+@dataclass
+class TrainOptions:
+    backend: str | None = None
+    chip: str | None = None
+    data: Path | None = None
+    out: Path | None = None
+    steps: int | None = None          # stop when the global step reaches this
+    init: Path | None = None
+    resume: bool = False
+    shuffle: bool = True
+    overwrite: bool = False
+    log_every: int = 10
+
+
+class Interrupted(Exception):
+    """Ctrl-C: a checkpoint was saved at the current step; the CLI exits with code 130."""
+
+
+@dataclass
+class Summary:
+    out: Path
+    step: int
+    epoch: int
+    loss: float | None
+    eval: EvalResult | None
+    seconds: float
+    train_seconds: float
+    steps_run: int
+    images_per_s: float
+    checkpoint: Path | None = None
+    train_cpu_seconds: float = 0.0      # process CPU time (all threads) of the training steps
+    extra: dict = field(default_factory=dict)
+
+
+def check_recipe(cfg) -> None:
+    on = [f for f in _UNSUPPORTED if getattr(cfg, f) != TRAIN_FIELDS[f][1]]
+    if on:
+        raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
+                         hint="remove these fields from the recipe (or set them to their defaults)")
+    if effective_loss(cfg).kind != "class_ce":
+        raise TrainError(f"not implemented yet in lmc train: loss {effective_loss(cfg)} (the data pipeline "
+                         f"produces integer class labels: class_ce)")
+    if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
+        raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
+
+
+def load_data(net, data: Path | None, seed: int):
+    """The spec's dataset (or --data), fitted to the net's input and head."""
+    from .data import load_dataset
+    kind = net.spec.dataset.value if net.spec.dataset is not None else None
+    path = data if data is not None else net.spec.dataset_path
+    if data is not None and Path(data).suffix == ".npz":
+        kind = "npz"
+    if kind is None:
+        raise DataError(f"{net.spec.file}: the spec names no dataset",
+                        hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
+    if path is None and kind not in ("digits", "synthetic"):
+        path = Path("data") / kind
+    return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed)
+
+
+def _to_host(arrays) -> list[np.ndarray]:
+    """Fresh host copies of device arrays (a read waits for the work that produces them)."""
+    return [np.array(a.to_host() if hasattr(a, "to_host") else a, dtype=np.float32, copy=True) for a in arrays]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _Metrics:
+    """RUN_DIR/metrics.jsonl, one JSON object per line, flushed as written."""
+
+    def __init__(self, path: Path, keep_until_step: int | None):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.kept: list[dict] = []
+        if keep_until_step is None:
+            path.write_text("")
+        else:
+            # Drop what a killed run logged after its last checkpoint: the resumed run redoes it.
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue           # a line cut short by the kill
+                    if rec.get("step", 0) <= keep_until_step:
+                        self.kept.append(rec)
+            text = "".join(json.dumps(r) + "\n" for r in self.kept)
+            atomic_write(path, lambda f: f.write(text.encode()))
+        self.f = open(path, "a")
+
+    def write(self, flush: bool = True, **rec):
+        self.f.write(json.dumps(rec) + "\n")
+        if flush:
+            self.f.flush()
+
+    def flush(self):
+        self.f.flush()
+
+    def close(self):
+        if not self.f.closed:
+            self.f.close()
+
+
+class Trainer:
+    def __init__(self, net, opts: TrainOptions, console):
+        from .lower import abi
+        self.net, self.opts, self.console = net, opts, console
+        self.cfg = cfg = net.spec.train
+        if cfg is None:
+            raise TrainError(f"{net.spec.file}: the spec has no `train:` recipe",
+                             hint="add train: {learning_rate: …, batch_size: …, epochs: …}")
+        check_recipe(cfg)
+        self.abi = abi(net)
+        self.out = Path(opts.out) if opts.out else Path("runs") / net.spec.name
+        self.ckpt_path = self.out / CHECKPOINT
+        if opts.resume and opts.init:
+            raise TrainError("--resume and --init exclude each other: --resume continues the run in --out, "
+                             "--init starts a new one from given parameters")
+        if opts.steps is not None and opts.steps < 1:
+            raise TrainError(f"--steps must be at least 1, got {opts.steps}")
+        if not opts.resume and not opts.overwrite and self.ckpt_path.exists():
+            raise TrainError(f"{self.out} already holds a run",
+                             hint="continue it with --resume, replace it with --overwrite, or choose another --out")
+        self.stop_requested = False
+        self.last_loss: float | None = None
+        self.last_ckpt_step: int | None = None
+
+    def log(self, text: str):
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def warn(self, text: str):
+        self.console.print("warning: " + text, style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self):
+        from .compile import compile_module, resolve_backend
+        from .data import Batcher
+        from .lower import lower
+        from .runtime import Module
+        net, cfg, opts = self.net, self.cfg, self.opts
+        self.backend = resolve_backend(opts.backend)
+        self.resumed = None
+        if opts.resume:
+            if not self.ckpt_path.exists():
+                raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
+            self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_slots)
+        self.ds = load_data(net, opts.data, cfg.seed)
+        erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
+        self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
+                               augment=cfg.augment, random_erasing=erasing)
+        self.bpe = self.batcher.steps_per_epoch
+        self.total = cfg.epochs * self.bpe
+        self.stop_at = min(self.total, opts.steps) if opts.steps else self.total
+        if self.resumed is not None:
+            m = self.resumed.meta
+            for key, now in (("batch_size", net.batch), ("steps_per_epoch", self.bpe)):
+                if m.get(key) != now:
+                    raise TrainError(f"--resume: the checkpoint was trained with {key} {m.get(key)}, now {now}; "
+                                     f"the data position would not mean the same batches",
+                                     hint="resume with the same batch size and dataset")
+            for key, now in (("seed", cfg.seed), ("shuffle", opts.shuffle)):
+                if m.get(key) != now:
+                    self.warn(f"the checkpoint used {key}={m.get(key)}, this run {key}={now}: "
+                             f"the resumed run will not repeat the uninterrupted one")
+        opt = effective_optimizer(cfg).value
+        if cfg.warmup_epochs and schedule_name(cfg) == "constant":
+            self.warn("warmup_epochs is ignored with a constant lr (as the reference); "
+                     "set cosine_decay or exp_lr_decay_rate")
+        self.log(f"{net.spec.name}: {net.total_params:,} parameters, batch {net.batch}, {self.bpe} steps/epoch "
+                 f"× {cfg.epochs} epochs ({self.total:,} steps); {opt}, lr {cfg.learning_rate:g} "
+                 f"{schedule_name(cfg)}; dataset {self.ds.name} ({len(self.ds.x_train):,} train, "
+                 f"{len(self.ds.x_val):,} val); backend {self.backend}; run dir {self.out}")
+        # initial tensors on the host, before compiling: a bad --init file fails fast
+        if self.resumed is not None:
+            params, opt_state, state = self.resumed.params, self.resumed.opt, self.resumed.state
+            m = self.resumed.meta
+            self.step, self.epoch, self.batch = int(m["step"]), int(m["epoch"]), int(m["batch"])
+            self.last_loss = m.get("loss")
+            self.last_ckpt_step = self.step
+            self.log(f"resuming {self.ckpt_path} at step {self.step} (epoch {self.epoch + 1}, batch {self.batch})")
+        else:
+            params, state = init_tensors(net, cfg.seed)
+            for note in apply_bootstrap(params, state, net, cfg):
+                self.log(note)
+            if opts.init is not None:
+                got = load_init(Path(opts.init), net)
+                params = got.params
+                if got.state is not None:
+                    state = got.state
+                elif net.state:
+                    self.log(f"note: {opts.init} has no BN statistics; they start at mean 0, variance 1")
+                self.log(f"initialized from {opts.init}: {got.what}")
+            opt_state = [np.zeros(p.type.dims, np.float32) for _ in self.abi.opt_slots for p in net.params]
+            self.step, self.epoch, self.batch = 0, 0, 0
+        t0 = time.time()
+        c = compile_module(lower(net), None, self.backend, opts.chip)
+        self.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
+        self.module = Module(c.path, self.backend)
+        up = self.module.upload
+        self.P = [up(a) for a in params]
+        self.O = [up(a) for a in opt_state]
+        self.S = [up(a) for a in state]
+        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None)
+        if self.resumed is None:
+            self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
+                               net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
+                               steps_per_epoch=self.bpe, epochs=cfg.epochs, optimizer=opt,
+                               schedule=schedule_name(cfg), learning_rate=cfg.learning_rate, seed=cfg.seed,
+                               shuffle=opts.shuffle, dataset=self.ds.name, n_train=len(self.ds.x_train),
+                               n_val=len(self.ds.x_val), backend=self.backend)
+        else:
+            self.metrics.write(kind="resume", time=_now(), step=self.step, epoch=self.epoch + 1, batch=self.batch)
+
+    # ------------------------------------------------------------------ pieces
+    def save(self, complete: bool = False) -> Path:
+        params, opt, state = _to_host(self.P), _to_host(self.O), _to_host(self.S)
+        for name, a in zip([p.name for p in self.net.params] + [s.name for s in self.net.state], params + state):
+            if not np.isfinite(a).all():
+                self.metrics.write(kind="diverged", time=_now(), step=self.step, parameter=name)
+                raise self._nan_error(f"parameter {name} is not finite after step {self.step}")
+        meta = {"step": self.step, "epoch": self.epoch, "batch": self.batch, "seed": self.cfg.seed,
+                "shuffle": self.opts.shuffle, "batch_size": self.net.batch, "steps_per_epoch": self.bpe,
+                "epochs": self.cfg.epochs, "loss": self.last_loss, "spec": self.net.spec.file,
+                "name": self.net.spec.name, "complete": complete, "time": _now(),
+                "lr": learning_rate(self.cfg, max(self.step, 1), self.bpe)}
+        save_checkpoint(self.ckpt_path, self.net, self.abi.opt_slots, params, opt, state, meta)
+        self.last_ckpt_step = self.step
+        self.metrics.write(kind="checkpoint", step=self.step, epoch=self.epoch + (1 if self.batch else 0),
+                           path=str(self.ckpt_path))
+        return self.ckpt_path
+
+    def _nan_error(self, what: str) -> TrainError:
+        kept = (f"the last good checkpoint is {self.ckpt_path} (step {self.last_ckpt_step})"
+                if self.last_ckpt_step is not None else "no checkpoint had been written yet")
+        return TrainError(f"training diverged: {what}; stopped, {kept}",
+                          hint="lower train.learning_rate (or add warmup_epochs with cosine_decay)")
+
+    def run_eval(self) -> EvalResult:
+        r = evaluate(self.module, self.P, self.S, self.ds.x_val, self.ds.y_val, self.net.batch,
+                     self.net.num_classes or 1)
+        ep = self.epoch + (1 if self.batch else 0)
+        self.metrics.write(kind="eval", step=self.step, epoch=ep, **r.as_dict())
+        self.last_eval = r
+        self.last_eval_step = self.step
+        return r
+
+    def _flush(self):
+        """Read back the queued losses (this waits for the device), check them, log them."""
+        if not self.pending:
+            return
+        now = time.perf_counter()
+        ips = self.net.batch * len(self.pending) / max(now - self.t_window, 1e-9)
+        B = self.net.batch
+        for step, ep, b, lr, loss_d, corr_d in self.pending:
+            loss = float(loss_d.to_host())
+            correct = float(corr_d.to_host())
+            if not math.isfinite(loss):
+                self.pending = []
+                self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
+                raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
+            self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
+                               acc=correct / B, lr=lr, images_per_s=round(ips, 1))
+            self.ep_loss += loss
+            self.ep_correct += correct
+            self.ep_n += 1
+            self.last_loss = loss
+        self.metrics.flush()
+        self.pending = []
+        self.t_window = time.perf_counter()
+        self.ips = ips
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Summary:
+        t_start = time.perf_counter()
+        self.metrics = None
+        try:
+            return self._run(t_start)
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()
+
+    def _run(self, t_start: float) -> Summary:
+        self.setup()
+        self.last_eval, self.last_eval_step = None, None
+        self.train_seconds, self.steps_run, self.train_cpu = 0.0, 0, 0.0
+        if self.step >= self.stop_at:
+            self.log(f"nothing to train: the run is at step {self.step} of {self.stop_at}")
+        old = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            self._epochs()
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+        # always end with an eval and a checkpoint of the final state (unless just done)
+        if self.last_eval_step != self.step or self.last_eval is None:
+            r = self.run_eval()
+            self.log(f"final eval: {r.describe()}")
+        self.save(complete=self.step >= self.total)
+        self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
+                           train_seconds=round(self.train_seconds, 3))
+        ips = self.net.batch * self.steps_run / self.train_seconds if self.train_seconds else 0.0
+        return Summary(self.out, self.step, self.epoch, self.last_loss, self.last_eval,
+                       time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path,
+                       self.train_cpu)
+
+    def _on_sigint(self, signum, frame):
+        if self.stop_requested:           # a second Ctrl-C: stop at once, no checkpoint
+            raise KeyboardInterrupt
+        self.stop_requested = True
+
+    def _interrupt(self):
+        self._flush()
+        path = self.save()
+        self.metrics.write(kind="interrupted", time=_now(), step=self.step)
+        raise Interrupted(f"interrupted at step {self.step} (epoch {self.epoch + 1}, batch {self.batch}); "
+                          f"checkpoint saved to {path}.  Continue with: lmc train {self.net.spec.file} "
+                          f"--resume --out {self.out}")
+
+    def _epochs(self):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeRemainingColumn)
+        cfg, net = self.cfg, self.net
+        mod_step = self.module.train_step
+        nP, nO = len(self.P), len(self.O)
+        console = self.console
+        while self.step < self.stop_at and self.epoch < cfg.epochs:
+            e = self.epoch
+            self.pending = []
+            self.ep_loss, self.ep_correct, self.ep_n = 0.0, 0.0, 0
+            if self.batch and self.resumed is not None:
+                # a run resumed mid-epoch: the epoch's mean includes the steps logged before
+                for rec in self.metrics.kept:
+                    if rec.get("kind") == "step" and rec.get("epoch") == e + 1:
+                        self.ep_loss += rec["loss"]
+                        self.ep_correct += rec["acc"] * net.batch
+                        self.ep_n += 1
+            self.ips = 0.0
+            progress = Progress(TextColumn(f"epoch {e + 1}/{cfg.epochs}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[ips]} img/s"),
+                                TimeRemainingColumn(), console=console, transient=True,
+                                disable=console is None or not console.is_terminal)
+            task = progress.add_task("", total=self.bpe, completed=self.batch, loss="…", ips="…")
+            t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
+            steps_epoch = 0
+            it = self.batcher.epoch(e, self.batch)
+            self.t_window = time.perf_counter()
+            with progress:
+                try:
+                    for x, y in it:
+                        self.step += 1
+                        lr = learning_rate(cfg, self.step, self.bpe)
+                        hp = np.asarray(hyperparams(cfg, lr, self.step), np.float32)
+                        out = mod_step(*self.P, *self.O, *self.S, x, y, hp)
+                        # results are device arrays: feed them straight back, no host copy
+                        self.P, self.O, self.S = out[:nP], out[nP:nP + nO], out[nP + nO:-2]
+                        self.pending.append((self.step, e, self.batch, lr, out[-2], out[-1]))
+                        self.batch += 1
+                        steps_epoch += 1
+                        end_of_epoch = self.batch == self.bpe
+                        if len(self.pending) >= self.opts.log_every or end_of_epoch or \
+                                self.step >= self.stop_at or self.stop_requested:
+                            self._flush()
+                            progress.update(task, completed=self.batch, loss=f"{self.last_loss:.4f}",
+                                            ips=f"{self.ips:,.0f}")
+                        if self.stop_requested and not end_of_epoch:   # at an epoch end: after its eval
+                            self.train_seconds += time.perf_counter() - t_epoch
+                            self.train_cpu += time.process_time() - cpu_epoch
+                            self.steps_run += steps_epoch
+                            self._interrupt()
+                        if self.step >= self.stop_at:
+                            break
+                finally:
+                    it.close()
+            dt = time.perf_counter() - t_epoch
+            self.train_seconds += dt
+            self.train_cpu += time.process_time() - cpu_epoch
+            self.steps_run += steps_epoch
+            if self.batch < self.bpe:        # stopped by --steps inside the epoch
+                self.log(f"stopped at step {self.step} (epoch {e + 1}, batch {self.batch}/{self.bpe}), --steps {self.opts.steps}")
+                return
+            self.epoch, self.batch = e + 1, 0
+            mean = self.ep_loss / max(self.ep_n, 1)
+            acc = self.ep_correct / max(self.ep_n * net.batch, 1)
+            ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
+            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
+                               lr=learning_rate(cfg, self.step, self.bpe), images_per_s=round(ips, 1),
+                               seconds=round(dt, 3))
+            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean:.4f}, train acc {100 * acc:.2f}%, "
+                    f"lr {learning_rate(cfg, self.step, self.bpe):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
+            n = e + 1
+            if (cfg.eval_every_n_epochs and n % cfg.eval_every_n_epochs == 0) or n == cfg.epochs:
+                line += f"; val {self.run_eval().describe()}"
+            self.log(line)
+            if (cfg.checkpoint_every_n_epochs and n % cfg.checkpoint_every_n_epochs == 0) and n != cfg.epochs:
+                self.save()
+            if self.stop_requested and self.step < self.stop_at and self.epoch < cfg.epochs:
+                self._interrupt()
+
+
+def train(net, opts: TrainOptions, console) -> Summary:
+    """Train `net` per its recipe and `opts`; progress and log lines go to `console` (stderr)."""
+    return Trainer(net, opts, console).run()
+
+
+def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log) -> EvalResult:
+    """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split."""
+    from .compile import compile_module, resolve_backend
+    from .lower import lower
+    from .runtime import Module
+    got = load_init(Path(init), net)
+    if net.state and got.state is None:
+        raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
+                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
+    seed = net.spec.train.seed if net.spec.train is not None else 0
+    ds = load_data(net, data, seed)
+    b = resolve_backend(backend)
+    text = None
+    if net.spec.train is not None:
+        # the whole module, as `lmc train` compiled it: a cache hit after training
+        try:
+            text = lower(net)
+        except LmcError:
+            text = None
+    c = compile_module(text or lower(net, "forward"), None, b, chip)
+    log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
+        f"validation examples of {ds.name} with {init} ({got.what})")
+    mod = Module(c.path, b)
+    P = [mod.upload(a) for a in got.params]
+    S = [mod.upload(a) for a in (got.state or [])]
+    return evaluate(mod, P, S, ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
