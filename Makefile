@@ -1,35 +1,48 @@
-# lmc — the targets CI and users call.  A virtualenv in .venv is created or reused.
+# lmc — the targets CI and users call.  A virtualenv in .venv is created or reused;
+# `demo` installs only what lmc needs, `test` adds the test extras (pytest, hypothesis, JAX as
+# the gradient oracle), `bench` adds JAX and PyTorch (the peers).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: setup test test-slow demo lint bench golden clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $(STAMP)
+	touch $@ $(RUN_STAMP)
 
-setup: $(STAMP)  ## create .venv and install lmc with its test extras
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	touch $@ $(RUN_STAMP) $(TEST_STAMP)
 
-test: $(STAMP)  ## the default suite (what CI runs)
+setup: $(TEST_STAMP)  ## create .venv and install lmc with its test extras
+
+test: $(TEST_STAMP)  ## the default suite (what CI runs)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
-test-slow: $(STAMP)  ## large-net compiles, long trainings
-	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
+test-slow: $(TEST_STAMP)  ## large-net compiles, long trainings, GPU cross-compiles
+	$(BIN)/python -m pytest -q -n 2 -m slow -p no:cacheprovider
 
-demo: $(STAMP)  ## train the digits CNN on the embedded dataset (about 30 s on 2 CPU cores), plot it
+demo: $(RUN_STAMP)  ## train the digits CNN on the embedded dataset (about 30 s on 2 CPU cores), plot it
 	$(BIN)/lmc train specs/digits_cnn.yaml --out runs/digits_cnn --overwrite
 	$(BIN)/lmc plot runs/digits_cnn
 
-lint: $(STAMP)
-	$(BIN)/python -m pyflakes lmc tests
+lint: $(TEST_STAMP)
+	$(BIN)/python -m pyflakes lmc tests benchmarks
 
-bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python benchmarks/run.py
+bench: $(BENCH_STAMP)  ## lmc vs JAX vs PyTorch on the four reference nets; writes benchmarks/RESULTS.md
+	$(BIN)/python benchmarks/run.py --results benchmarks/RESULTS.md
 
 clean:
 	rm -rf build runs .pytest_cache
