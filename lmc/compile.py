@@ -3,6 +3,7 @@ IREE_CHIP / IREE_EXTRA_FLAGS, and a content-addressed cache keyed by the module 
 full flag list and the compiler version (so a changed spec never reuses a stale vmfb)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -36,6 +37,7 @@ def find_compiler() -> str:
     raise CompileError("iree-compile not found", hint="pip install iree-base-compiler (or `make setup`)")
 
 
+@functools.lru_cache(maxsize=None)   # one `--version` run (~0.5 s) per process, not per compile
 def compiler_version(exe: str) -> str:
     try:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
