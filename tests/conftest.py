@@ -3,6 +3,7 @@ runtime is missing (jax tests use pytest.importorskip in their own module)."""
 from __future__ import annotations
 
 import functools
+import importlib
 
 import pytest
 
@@ -11,7 +12,7 @@ import pytest
 def iree_missing() -> str | None:
     """None when iree-compile and iree.runtime are usable, else the reason they are not."""
     try:
-        import iree.runtime  # noqa: F401
+        importlib.import_module("iree.runtime")
     except ImportError as e:
         return f"IREE runtime not installed ({e}); pip install iree-base-runtime"
     from lmc.compile import find_compiler

@@ -75,7 +75,8 @@ def _module(text: str):
     """Compile (disk-cached by text) and load once per process."""
     from lmc.compile import compile_module
     from lmc.runtime import Module
-    return Module(compile_module(text).path)
+    # local-sync: no worker threads to fight over the cores with the other test process
+    return Module(compile_module(text).path, driver="local-sync")
 
 
 def _setup(name, attrs, ins, ps, seed=0):
