@@ -323,7 +323,7 @@ def _compare(what: str, got, want, allowed, failures: list) -> float:
         return float("inf")
     bound = np.broadcast_to(allowed + 2 * F32_EPS * np.abs(want) + 1e-30, want.shape)
     ratio = np.abs(got - want) / bound
-    worst = np.unravel_index(np.argmax(ratio), ratio.shape)
+    worst = tuple(int(i) for i in np.unravel_index(np.argmax(ratio), ratio.shape))
     if ratio[worst] > 1:
         failures.append(f"{what}: |got − want| = {abs(got[worst] - want[worst]):.3g} at {worst} "
                         f"(got {got[worst]:.9g}, want {want[worst]:.9g}; allowed {bound[worst]:.3g})")
