@@ -1,0 +1,33 @@
+"""Shared test plumbing: tests marked `iree` skip, saying why, when the compiler or the
+runtime is missing (jax tests use pytest.importorskip in their own module)."""
+from __future__ import annotations
+
+import functools
+import importlib
+
+import pytest
+
+
+@functools.lru_cache(maxsize=1)
+def iree_missing() -> str | None:
+    """None when iree-compile and iree.runtime are usable, else the reason they are not."""
+    try:
+        importlib.import_module("iree.runtime")
+    except ImportError as e:
+        return f"IREE runtime not installed ({e}); pip install iree-base-runtime"
+    from lmc.compile import find_compiler
+    from lmc.errors import CompileError
+    try:
+        find_compiler()
+    except CompileError as e:
+        return f"{e.message}; {e.hint}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if item.get_closest_marker("iree") is not None:
+            reason = reason or iree_missing()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,171 @@
+"""Per-primitive oracle [iree]: every registered primitive × its `examples`, compiled alone
+(`prim_test_module`, llvm-cpu).
+
+- forward: the compiled f32 @forward against the float64 NumPy `reference`;
+- one dot-product check per gradient output (`dx`, `dw`, `dgamma`, ...), each its own test so a
+  failure names the gradient: with a random cotangent c and a random tangent t of that one
+  argument, Σ vjp(c)[k]·t ≈ Σ c·(ref(a+εt) − ref(a−εt))/2ε, the difference quotient taken on
+  the float64 reference (an independent derivative of the same formula);
+- batch norm's eval function (running statistics) against its formula.
+
+Inputs are drawn away from kinks (act.kinks) and, for max_pool, as a permutation so that no
+window has tied maxima; otherwise the two sides may legitimately pick different sub-gradients.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from lmc.prims import all_prims, make_prim
+from lmc.types import TensorType
+
+pytestmark = pytest.mark.iree
+
+# Per-primitive tolerances ("default" unless a primitive needs its own).
+# Forward: |y − ref| ≤ FWD_RTOL·(|ref| + max|ref|) elementwise.  Observed worst (IREE 3.13,
+# llvm-cpu): 1.8e-7 (batch_norm); others ≤ 1e-7.
+FWD_RTOL = {"default": 1e-5}
+# VJP: |Σ vjp·t − FD| ≤ VJP_RTOL·(Σ|vjp·t| + |FD|): the f32 rounding of a sum of products
+# scales with the sum of their magnitudes.  Observed worst 6.4e-7 (batch_norm dx at N = 2,
+# where the three terms of dx cancel); a wrong gradient (a dropped term, a missing transpose)
+# is off by O(1).
+VJP_RTOL = {"default": 1e-5}
+FD_EPS = 1e-6            # central difference step in float64: truncation ~ε², rounding ~1e-16/ε
+KINK_GAP = 0.05          # no act input within this distance of a kink
+UNIQUE_VALUES = {"max_pool"}   # window maxima must be unique (first-max vs any-max tie rules)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(_fmt(x) for x in v) + ")"
+    return str(v)
+
+
+def _dims(t: TensorType) -> str:
+    return "x".join(str(d) for d in t.dims)
+
+
+def _cases():
+    out = []
+    for name, cls in sorted(all_prims().items()):
+        for attrs, ins, ps in cls.examples:
+            parts = [f"{k}={_fmt(v)}" for k, v in attrs.items()]
+            parts += [f"{n}={_dims(t)}" for n, t in zip(cls.inputs, ins)]
+            out.append(pytest.param(name, attrs, ins, ps, id=f"{name}[{','.join(parts)}]"))
+    return out
+
+
+CASES = _cases()
+
+
+def _vjp_cases():
+    out = []
+    for case in CASES:
+        name, attrs, ins, ps = case.values
+        cls = all_prims()[name]
+        for k, arg in enumerate(list(cls.inputs) + list(cls.params)):
+            out.append(pytest.param(name, attrs, ins, ps, k, id=f"{case.id}-d{arg}"))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _module(text: str):
+    """Compile (disk-cached by text) and load once per process."""
+    from lmc.compile import compile_module
+    from lmc.runtime import Module
+    # local-sync: no worker threads to fight over the cores with the other test process
+    return Module(compile_module(text).path, driver="local-sync")
+
+
+def _setup(name, attrs, ins, ps, seed=0):
+    from lmc.lower import prim_test_module
+    prim = make_prim(name, **attrs)
+    mod = _module(prim_test_module(prim, ins, ps))
+    rng = np.random.default_rng(seed)
+    args = [_draw(prim, t, rng, is_input=k < len(ins)) for k, t in enumerate(list(ins) + list(ps))]
+    return prim, mod, args, rng
+
+
+def _draw(prim, t: TensorType, rng, is_input: bool) -> np.ndarray:
+    """A random f32 argument away from the primitive's non-differentiable points."""
+    if is_input and prim.name in UNIQUE_VALUES:
+        # distinct values 4/size apart: a ±ε·t step never reorders a window
+        x = (rng.permutation(t.size) - t.size / 2) * (4.0 / t.size)
+        return x.reshape(t.dims).astype(np.float32)
+    kinks = getattr(prim, "kinks", {}).get(prim.attrs.get("kind"), [])
+    if is_input and kinks:
+        x = rng.uniform(-8.0, 8.0, t.dims)      # both sides of every kink (relu6 at 6, h_swish at ±3)
+        for k in kinks:
+            near = np.abs(x - k) < KINK_GAP
+            x[near] = k + np.where(x[near] >= k, KINK_GAP, -KINK_GAP)
+        return x.astype(np.float32)
+    return rng.standard_normal(t.dims).astype(np.float32)
+
+
+def _ref(prim, args):
+    return prim.reference(np, *[np.asarray(a, np.float64) for a in args], **prim.attrs)
+
+
+def _tol(table, name):
+    return table.get(name, table["default"])
+
+
+@pytest.mark.parametrize("name,attrs,ins,ps", CASES)
+def test_forward(name, attrs, ins, ps):
+    prim, mod, args, _ = _setup(name, attrs, ins, ps)
+    y = np.asarray(mod.forward(*args)).astype(np.float64)
+    ref = _ref(prim, args)
+    assert y.shape == ref.shape
+    err = np.abs(y - ref)
+    bound = _tol(FWD_RTOL, name) * (np.abs(ref) + np.abs(ref).max())
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert np.all(err <= bound), (f"{name} forward: |y − ref| = {err[worst]:.3g} at {worst} "
+                                  f"(y = {y[worst]:.7g}, ref = {ref[worst]:.7g}), bound {bound[worst]:.3g}")
+
+
+@pytest.mark.parametrize("name,attrs,ins,ps,k", _vjp_cases())
+def test_vjp(name, attrs, ins, ps, k):
+    prim, mod, args, rng = _setup(name, attrs, ins, ps)
+    arg = (list(prim.inputs) + list(prim.params))[k]
+    y_type = prim.infer(list(ins), list(ps))[0]
+    c = rng.standard_normal(y_type.dims).astype(np.float32)
+    grads = mod.vjp(c, *args)
+    grads = [grads] if not isinstance(grads, (tuple, list)) else list(grads)
+    assert len(grads) == len(args)
+    g = np.asarray(grads[k]).astype(np.float64)
+    assert g.shape == args[k].shape, f"d{arg}: shape {g.shape}, expected {args[k].shape}"
+    t = rng.standard_normal(args[k].shape)
+    lhs = float(np.sum(g * t))
+    a64 = [np.asarray(a, np.float64) for a in args]
+    plus, minus = list(a64), list(a64)
+    plus[k] = a64[k] + FD_EPS * t
+    minus[k] = a64[k] - FD_EPS * t
+    fd = (prim.reference(np, *plus, **prim.attrs) - prim.reference(np, *minus, **prim.attrs)) / (2 * FD_EPS)
+    rhs = float(np.sum(c.astype(np.float64) * fd))
+    scale = float(np.sum(np.abs(g * t))) + abs(rhs)
+    tol = _tol(VJP_RTOL, name) * scale + 1e-9
+    assert abs(lhs - rhs) <= tol, (f"{name}: d{arg} is wrong: Σ vjp(c).d{arg}·t = {lhs:.9g} but the central "
+                                   f"difference of the reference gives {rhs:.9g} (|diff| {abs(lhs - rhs):.3g} > tol {tol:.3g})")
+
+
+EVAL_CASES = [c for c in CASES if all_prims()[c.values[0]].has_eval]
+
+
+@pytest.mark.parametrize("name,attrs,ins,ps", EVAL_CASES)
+def test_eval(name, attrs, ins, ps):
+    """Batch norm with running statistics: y = γ·(x − rμ)/√(rσ² + ε) + β."""
+    from lmc.prims.norm import EPS
+    prim, mod, args, rng = _setup(name, attrs, ins, ps)
+    x, gamma, beta = (a.astype(np.float64) for a in args)
+    c = gamma.size
+    rmean = rng.standard_normal(c).astype(np.float32)
+    rvar = rng.uniform(0.2, 3.0, c).astype(np.float32)
+    y = np.asarray(mod.eval(*args, rmean, rvar)).astype(np.float64)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    ref = (x - rmean.reshape(shape)) / np.sqrt(rvar.reshape(shape).astype(np.float64) + EPS) \
+        * gamma.reshape(shape) + beta.reshape(shape)
+    err = np.abs(y - ref)
+    assert np.all(err <= _tol(FWD_RTOL, name) * (np.abs(ref) + np.abs(ref).max())), \
+        f"{name} eval: max |y − ref| = {err.max():.3g}"
