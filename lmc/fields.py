@@ -9,7 +9,7 @@ import types
 import typing
 from typing import Any, Union, get_args, get_origin
 
-from .errors import Loc, SpecError
+from .errors import SpecError
 
 MAX_INT = 2**31 - 1  # sizes beyond this are typos, and would blow memory long before use
 

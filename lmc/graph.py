@@ -6,7 +6,7 @@ walks the same graph forward (calling each primitive's forward template) and in 
 (calling each backward and summing cotangents where a value fans out)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ShapeError

@@ -2,7 +2,7 @@
 `infer` for spec-only kinds) and adds the layer's location to any error."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import LmcError, NotImplementedKind, ShapeError
 from .graph import Graph, Node, Param, State, Value

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .config import effective_loss, effective_optimizer
 from .errors import NotImplementedKind
 from .fields import OptimizerKind
-from .graph import Node, Value
+from .graph import Node
 from .infer import TypedNet
 from .render import render_prim, render_template, sig
 from .types import TensorType, f32, i32

@@ -148,7 +148,18 @@ class ToyShapeOnly(Layer):
 
 
 def _shape_only_kinds():
-    real = [k for k, cls in sorted(all_layers().items()) if cls.build is Layer.build]
+    """The toy kind plus every real shape-only kind whose first example stands alone as a
+    one-layer spec (some need a token-stream input or an earlier stage to pair with)."""
+    from lmc.spec import load_spec
+    real = []
+    for k, cls in sorted(all_layers().items()):
+        if cls.build is not Layer.build or cls.examples[0][1].rank not in (2, 4):
+            continue
+        try:
+            infer(load_spec("probe.yaml", text=_shape_only_spec(k)))
+        except Exception:
+            continue
+        real.append(k)
     return ["toy_shape_only"] + real
 
 

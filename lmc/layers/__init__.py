@@ -12,9 +12,9 @@ import dataclasses
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ..errors import NotImplementedKind, ShapeError
+from ..errors import NotImplementedKind
 from ..graph import Param, State
 from ..types import TensorType
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..fields import Activation, PadStyle, Padding
 from ..prims import same_pad
 
 

@@ -11,13 +11,10 @@ Template contract (Python owns it; the template only spells it):
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ..errors import ShapeError
 from ..types import TensorType
 
 PRIMS: dict[str, type] = {}

@@ -1,8 +1,6 @@
 """Elementwise and shape primitives: activation, bias, add, reshape, global average pool."""
 from __future__ import annotations
 
-import math
-
 from ..errors import ShapeError
 from ..types import TensorType, flt
 from . import Prim, primitive

@@ -15,7 +15,7 @@ class Dense(Prim):
                 ({}, [TensorType((1, 7))], [TensorType((7, 2)), TensorType((2,))])]
 
     def infer(self, ins, ps):
-        (x,), (w, b) = ins, ps
+        (x,), (w, _) = ins, ps
         if x.rank != 2:
             raise ShapeError(f"expected a rank-2 input [batch, features], got {x.shape_str()}")
         if x.dims[1] != w.dims[0]:
