@@ -60,8 +60,8 @@ def flags(backend: str | None = None, chip: str | None = None) -> list[str]:
     out = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={b}"]
     if b == "llvm-cpu":
         out.append(f"--iree-llvmcpu-target-cpu={c}")
-        # measured on mnist_cnn / resnet: IREE's default conv lowering is several times slower
-        out.append("--iree-global-opt-use-im2col-for-convs")
+        # No --iree-global-opt-use-im2col-for-convs: the conv templates emit matmuls, not
+        # stablehlo.convolution, so it has nothing left to convert (benchmarks/NOTES.md).
     elif b == "cuda":
         if c in ("sm_89", "sm_90", "sm_90a", "sm_100"):
             raise CompileError(f"IREE 3.13 has no target metadata for {c}; compile for sm_86 (PTX is JIT-forwarded)",
