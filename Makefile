@@ -28,7 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --results benchmarks/RESULTS.md
 
 clean:
 	rm -rf build runs .pytest_cache

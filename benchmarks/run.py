@@ -105,10 +105,11 @@ def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> d
 def machine() -> dict:
     v = {"python": platform.python_version(), "cpu": _cpu_name(), "cores": os.cpu_count(),
          "date": time.strftime("%Y-%m-%d")}
-    for mod in ("jax", "torch", "iree.compiler", "iree.runtime"):
+    from importlib.metadata import PackageNotFoundError, version
+    for key, dist in (("jax", "jax"), ("torch", "torch"), ("iree", "iree-base-compiler")):
         try:
-            v[mod] = __import__(mod, fromlist=["x"]).__version__
-        except Exception:
+            v[key] = version(dist)
+        except PackageNotFoundError:
             pass
     return v
 
@@ -148,7 +149,7 @@ def results_md(rows, m, steps) -> str:
            "rounds after 2 warm-up steps; regenerate with `make bench` (`python benchmarks/run.py --results "
            "benchmarks/RESULTS.md`).", "",
            f"- machine: {m['cpu']}, {m['cores']} cores; {m['date']}",
-           f"- versions: Python {m['python']}, IREE {m.get('iree.compiler', '?')} (llvm-cpu, local-task), "
+           f"- versions: Python {m['python']}, IREE {m.get('iree', '?')} (llvm-cpu, local-task), "
            f"JAX {m.get('jax', '?')}, PyTorch {m.get('torch', '?')}",
            "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
            "same batch, same optimizer; state stays on the device between steps in all of them.",
