@@ -186,7 +186,12 @@ def torch_step(net, lr=1e-4, compile=False):
         return F.cross_entropy(run(x), y, label_smoothing=cfg.label_smoothing)
 
     if compile:
-        loss_fn = torch.compile(loss_fn)
+        # A fresh cache and static shapes: every net compiles its own `loss_fn` closure (same
+        # code object), which dynamo would otherwise treat as a recompilation of the previous
+        # net's and retry with dynamic shapes — where inductor 2.13 fails on these graphs
+        # ("Cannot convert expression to float").
+        torch._dynamo.reset()
+        loss_fn = torch.compile(loss_fn, dynamic=False)
     if adam:
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, eps=1e-8)
     else:
@@ -199,7 +204,7 @@ def torch_step(net, lr=1e-4, compile=False):
         l = loss_fn(x, y)
         l.backward()
         opt.step()
-        return float(l)
+        return float(l.detach())
 
     return call
 

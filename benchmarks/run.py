@@ -1,6 +1,15 @@
 """`make bench`: lmc vs JAX vs PyTorch (eager and torch.compile) on the same nets, same batch,
-same optimizer, measured in one run on this machine.  Prints a table and the lmc/JAX ratio;
-`--json FILE` writes the raw numbers, `--readme` rewrites the README's table."""
+same optimizer, measured in one process on this machine.
+
+The machine may be shared, so the candidates of one net are timed *interleaved*: one step of
+each in turn, `--steps` rounds after warm-up, medians reported; a load drift then hits all of
+them alike.  Besides wall time the table keeps each candidate's process CPU time per step
+(all its threads), which hardly moves with other processes' load.  A peer that fails to build
+or run is reported as n/a with its error on stderr and in the results file, never hidden.
+
+    python benchmarks/run.py [--nets mnist_cnn ...] [--steps 10] [--json out.json]
+                             [--results benchmarks/RESULTS.md]
+"""
 from __future__ import annotations
 
 import argparse
@@ -12,100 +21,173 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lmc.bench import bench          # noqa: E402
-from lmc.infer import infer          # noqa: E402
-from lmc.spec import load_spec       # noqa: E402
-import peers                         # noqa: E402
+from lmc.bench import stepper            # noqa: E402
+from lmc.compile import compile_module   # noqa: E402
+from lmc.infer import infer              # noqa: E402
+from lmc.lower import lower              # noqa: E402
+from lmc.runtime import Module           # noqa: E402
+from lmc.spec import load_spec           # noqa: E402
+import peers                             # noqa: E402
 
-NETS = [  # (spec, overrides)
+NETS = [  # (spec, overrides): the issue's four nets, batch 128, ResNet-18 at CIFAR size
     ("specs/mnist_mlp.yaml", ["train.batch_size=128"]),
     ("specs/mnist_cnn.yaml", ["train.batch_size=128"]),
     ("specs/cifar_cnn_bn.yaml", ["train.batch_size=128"]),
     ("specs/resnet18.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
 ]
+PEERS = ("jax", "torch", "torch_compile")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--nets", nargs="*", help="subset of spec paths")
-    ap.add_argument("--no-torch-compile", action="store_true")
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
-    rows = []
-    for spec, sets in NETS:
-        if args.nets and spec not in args.nets:
-            continue
-        if not (ROOT / spec).exists():
-            print(f"skip {spec}: not found", file=sys.stderr)
-            continue
-        net = infer(load_spec(ROOT / spec, sets))
-        row = {"net": Path(spec).stem, "batch": net.batch}
-        r = bench(net, steps=args.steps, forward=False)
-        row["lmc"] = r["step_ms_median"]
+def lmc_candidate(net):
+    t0 = time.perf_counter()
+    c = compile_module(lower(net))
+    compile_s = time.perf_counter() - t0
+    step, _ = stepper(net, Module(c.path))
+    return step, {"compile_s": None if c.cached else compile_s}
+
+
+def peer_candidate(name, net):
+    if name == "jax":
+        return peers.jax_step(net)[0], {}
+    return peers.torch_step(net, compile=name == "torch_compile"), {}
+
+
+def first_call(call) -> float:
+    """Run once (JIT compiles happen here); seconds."""
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+def measure(cands: dict, steps: int, warmup: int = 2) -> dict:
+    """Interleaved: every round runs one step of each candidate.  name → (wall ms, CPU ms) medians."""
+    for _ in range(warmup):
+        for f in cands.values():
+            f()
+    wall = {k: [] for k in cands}
+    cpu = {k: [] for k in cands}
+    for _ in range(steps):
+        for k, f in cands.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            f()
+            wall[k].append(1e3 * (time.perf_counter() - t0))
+            cpu[k].append(1e3 * (time.process_time() - c0))
+    return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in cands}
+
+
+def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> dict:
+    net = infer(load_spec(ROOT / spec, sets))
+    row = {"net": Path(spec).stem, "batch": net.batch, "errors": {}, "first_call_s": {}, "cpu": {}}
+    cands = {}
+    for name in ("lmc",) + which:
         try:
-            call, _ = peers.jax_step(net)
-            row["jax"] = 1e3 * peers.time_calls(call, args.steps)[0]
+            call, info = lmc_candidate(net) if name == "lmc" else peer_candidate(name, net)
+            row["first_call_s"][name] = round(first_call(call), 2)
+            if info.get("compile_s") is not None:
+                row["first_call_s"][name] = round(row["first_call_s"][name] + info["compile_s"], 2)
+            cands[name] = call
         except Exception as e:  # report, don't hide
-            row["jax"] = None
-            print(f"jax failed on {spec}: {e}", file=sys.stderr)
-        try:
-            row["torch"] = 1e3 * peers.time_calls(peers.torch_step(net), args.steps)[0]
-        except Exception as e:
-            row["torch"] = None
-            print(f"torch failed on {spec}: {e}", file=sys.stderr)
-        if not args.no_torch_compile:
-            try:
-                row["torch_compile"] = 1e3 * peers.time_calls(peers.torch_step(net, compile=True), args.steps)[0]
-            except Exception as e:
-                row["torch_compile"] = None
-                print(f"torch.compile failed on {spec}: {str(e)[:200]}", file=sys.stderr)
-        rows.append(row)
-        print_row(row, flush=True)
-    print()
-    print(table(rows))
-    if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=2))
+            row["errors"][name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+            print(f"{name} failed on {spec}: {row['errors'][name]}", file=sys.stderr, flush=True)
+    load0 = os.getloadavg()[0]
+    res = measure(cands, steps)
+    row["load"] = (round(load0, 2), round(os.getloadavg()[0], 2))
+    for name in ("lmc",) + which:
+        row[name] = res[name][0] if name in res else None
+        row["cpu"][name] = res[name][1] if name in res else None
+    return row
 
 
-def machine():
-    import iree.compiler
-    v = {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
-         "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
-    for mod in ("jax", "torch", "iree.compiler"):
+def machine() -> dict:
+    v = {"python": platform.python_version(), "cpu": _cpu_name(), "cores": os.cpu_count(),
+         "date": time.strftime("%Y-%m-%d")}
+    from importlib.metadata import PackageNotFoundError, version
+    for key, dist in (("jax", "jax"), ("torch", "torch"), ("iree", "iree-base-compiler")):
         try:
-            v[mod] = __import__(mod, fromlist=["x"]).__version__
-        except Exception:
+            v[key] = version(dist)
+        except PackageNotFoundError:
             pass
     return v
 
 
-def fmt(v):
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fmt(v) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
 
-def print_row(r, flush=False):
-    print(f"{r['net']}: lmc {fmt(r['lmc'])} ms, jax {fmt(r.get('jax'))}, torch {fmt(r.get('torch'))}, "
-          f"torch.compile {fmt(r.get('torch_compile'))}", file=sys.stderr, flush=flush)
+def ratio(a, b) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}"
 
 
-def table(rows):
-    lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | lmc/JAX | lmc/best peer |",
-             "|---|---|---|---|---|---|---|"]
+def table(rows) -> str:
+    lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        peers_ = [v for k, v in r.items() if k in ("jax", "torch", "torch_compile") and v]
-        best = min(peers_) if peers_ else None
+        torch_best = min([v for v in (r.get("torch"), r.get("torch_compile")) if v], default=None)
         lines.append(f"| {r['net']} ({r['batch']}) | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
-                     f"{fmt(r.get('torch_compile'))} | {r['lmc'] / r['jax']:.2f} | " if r.get("jax") else
-                     f"| {r['net']} ({r['batch']}) | {fmt(r['lmc'])} | n/a | {fmt(r.get('torch'))} | {fmt(r.get('torch_compile'))} | n/a | ")
-        lines[-1] += f"{r['lmc'] / best:.2f} |" if best else "n/a |"
+                     f"{fmt(r.get('torch_compile'))} | {ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
+                     f"{fmt(r['cpu'].get('lmc'))} | {r['load'][0]:.1f}–{r['load'][1]:.1f} |")
     return "\n".join(lines)
+
+
+def results_md(rows, m, steps) -> str:
+    out = ["# Benchmark results", "",
+           f"Train step (forward, loss, backward, optimizer update), ms per step, median of {steps} interleaved",
+           "rounds after 2 warm-up steps; regenerate with `make bench` (`python benchmarks/run.py --results "
+           "benchmarks/RESULTS.md`).", "",
+           f"- machine: {m['cpu']}, {m['cores']} cores; {m['date']}",
+           f"- versions: Python {m['python']}, IREE {m.get('iree', '?')} (llvm-cpu, local-task), "
+           f"JAX {m.get('jax', '?')}, PyTorch {m.get('torch', '?')}",
+           "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
+           "same batch, same optimizer; state stays on the device between steps in all of them.",
+           "- `load` is the 1-minute load average before–after the measurement (the machine may be shared; "
+           "wall times of all candidates are affected alike, `lmc CPU ms` is lmc's process CPU time per step).",
+           "", table(rows), ""]
+    firsts = [f"{r['net']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["first_call_s"].items()) for r in rows]
+    out += ["First call (compile included; lmc: iree-compile unless cached + first step):", ""]
+    out += [f"- {f}" for f in firsts]
+    errs = [f"- {r['net']} / {k}: {v}" for r in rows for k, v in r["errors"].items()]
+    if errs:
+        out += ["", "Failures:", ""] + errs
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10, help="interleaved rounds timed per net")
+    ap.add_argument("--nets", nargs="*", help="subset, by spec stem (mnist_cnn) or path")
+    ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    ap.add_argument("--json", type=Path, help="write the raw numbers here")
+    ap.add_argument("--results", type=Path, help="write the results table (Markdown) here")
+    args = ap.parse_args()
+    which = tuple(p for p in PEERS if not (p == "torch_compile" and args.no_torch_compile))
+    rows = []
+    for spec, sets in NETS:
+        if args.nets and spec not in args.nets and Path(spec).stem not in args.nets:
+            continue
+        row = run_net(spec, sets, args.steps, which)
+        rows.append(row)
+        print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+    m = machine()
+    print()
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": m, "rows": rows}, indent=2))
+    if args.results:
+        args.results.write_text(results_md(rows, m, args.steps))
 
 
 if __name__ == "__main__":

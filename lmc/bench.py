@@ -33,6 +33,27 @@ def _initial(net: TypedNet, rng):
     return ps, opt, st, x, y
 
 
+def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
+    """One train step of `m` as a zero-argument callable, state device-resident exactly as
+    `lmc train` runs it: each step's outputs are the next step's inputs, the batch and one hp
+    vector per step are uploaded beforehand, and the call waits for the step by reading back
+    the loss.  Returns (step, holder); holder["args"] is the current argument list."""
+    ps, opt, st, x, y = _initial(net, np.random.default_rng(seed))
+    up = m.upload
+    state = [up(a) for a in ps + opt + st]
+    n_state = len(state)
+    hps = [up(np.array(hyperparams(net.spec.train, lr, s + 1), np.float32)) for s in range(64)]
+    holder = {"args": state + [up(x), up(y), hps[0]], "t": 0}
+
+    def step():
+        args = holder["args"]
+        out = m.train_step(*args)
+        np.asarray(out[-2])            # wait for the step (reads back one scalar)
+        holder["t"] += 1
+        holder["args"] = list(out[:n_state]) + [args[-3], args[-2], hps[holder["t"] % len(hps)]]
+    return step, holder
+
+
 def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
           warmup: int = 3, forward: bool = True, cold: bool = False) -> dict:
     """cold=True compiles once into an empty temporary cache, so the cold time is measured
@@ -64,20 +85,12 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     t0 = time.perf_counter()
     m = Module(c.path, backend)
     load_s = time.perf_counter() - t0
-    rng = np.random.default_rng(0)
-    ps, opt, st, x, y = _initial(net, rng)
-    up = m.upload
-    state = [up(a) for a in ps + opt + st]
-    xd, yd = up(x), up(y)
-    n_state = len(state)
-    hp = [up(np.array(hyperparams(net.spec.train, 1e-4, s + 1), np.float32)) for s in range(warmup + steps)]
+    step, state = stepper(net, m)
     times = []
     for s in range(warmup + steps):
         t0 = time.perf_counter()
-        out = m.train_step(*state, xd, yd, hp[s])
-        np.asarray(out[-2])            # wait for the step (reads back one scalar)
+        step()
         dt = time.perf_counter() - t0
-        state = list(out[:n_state])
         if s >= warmup:
             times.append(dt)
     res = {
@@ -93,8 +106,10 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     res["images_per_s"] = net.batch / med
     res["train_gflops"] = 3 * net.total_flops / med / 1e9
     if forward:
-        n_p, n_s = len(ps), len(st)
-        fargs = state[:n_p] + state[n_state - n_s:] + [xd]
+        a = abi(net)
+        n_p, n_s = len(a.params), len(a.state)
+        st = state["args"]
+        fargs = st[:n_p] + st[len(st) - 3 - n_s:len(st) - 3] + [st[-3]]
         ft = []
         for s in range(warmup + steps):
             t0 = time.perf_counter()

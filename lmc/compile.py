@@ -55,25 +55,15 @@ def resolve_backend(backend: str | None) -> str:
     return b
 
 
-# a grouped convolution: `feature_group_count = N` with N > 1 (depthwise when N = channels)
-_GROUPED_CONV = re.compile(r"feature_group_count = (?:[2-9]|[1-9][0-9]+) ")
-
-
-def flags(backend: str | None = None, chip: str | None = None, grouped_conv: bool = False) -> list[str]:
-    """The iree-compile flags (without input/output), extra flags last so they win.
-    grouped_conv: the module has a grouped/depthwise convolution (see the im2col note)."""
+def flags(backend: str | None = None, chip: str | None = None) -> list[str]:
+    """The iree-compile flags (without input/output), extra flags last so they win."""
     b = resolve_backend(backend)
     c = chip or os.environ.get("IREE_CHIP") or DEFAULT_CHIP[b]
     out = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={b}"]
     if b == "llvm-cpu":
         out.append(f"--iree-llvmcpu-target-cpu={c}")
-        # measured on mnist_cnn / resnet: IREE's default conv lowering is several times slower.
-        # But IREE 3.13's im2col rewrite breaks depthwise convs (C groups of one channel) at
-        # batch > 1: "'linalg.batch_matvec' op inferred input/output operand #1 has shape's
-        # dimension #0 to be 8, but found 4" (found by tests/test_gradients.py, conv groups=4).
-        # Such modules compile without it (correct, slower on CPU).
-        if not grouped_conv:
-            out.append("--iree-global-opt-use-im2col-for-convs")
+        # No --iree-global-opt-use-im2col-for-convs: the conv templates emit matmuls, not
+        # stablehlo.convolution, so it has nothing left to convert (benchmarks/NOTES.md).
     elif b == "cuda":
         if c in ("sm_89", "sm_90", "sm_90a", "sm_100"):
             raise CompileError(f"IREE 3.13 has no target metadata for {c}; compile for sm_86 (PTX is JIT-forwarded)",
@@ -99,7 +89,7 @@ class Compiled:
 def compile_module(text: str, out: Path | None = None, backend: str | None = None, chip: str | None = None,
                    verbose: bool = False) -> Compiled:
     exe = find_compiler()
-    fl = flags(backend, chip, grouped_conv=_GROUPED_CONV.search(text) is not None)
+    fl = flags(backend, chip)
     key = hashlib.sha256("\0".join([text, *fl, compiler_version(exe)]).encode()).hexdigest()[:24]
     cdir = cache_dir()
     cdir.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,55 @@ def _t(*d):
     return TensorType(tuple(d))
 
 
+def _live(n: int, k: int, s: int, lo: int, out: int) -> tuple[int, int]:
+    """Kernel offsets [first, last+1) along one axis that read an input element for some output
+    (the others only ever meet padding).  All of them if none does (an all-padding conv)."""
+    taps = [i for i in range(k) if any(0 <= i + s * o - lo < n for o in range(out))]
+    return (taps[0], taps[-1] + 1) if taps else (0, k)
+
+
+def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout) -> dict:
+    """Types and slices of the kw-patches of an NCHW tensor [b, cin, h, wd] taken to HBWC and
+    padded (lo, hi, interior) per spatial axis, for a kh×kw kernel at stride s, `g` groups."""
+    hp = h + lo[0] + hi[0] + (h - 1) * interior
+    wp = wd + lo[1] + hi[1] + (wd - 1) * interior
+    oh, ow = (hp - kh) // s + 1, (wp - kw) // s + 1
+    cg, og = cin // g, cout // g
+    return dict(
+        th=_t(h, b, wd, cin).mlir, tp=_t(hp, b, wp, cin).mlir,
+        lo=f"[{lo[0]}, 0, {lo[1]}, 0]", hi=f"[{hi[0]}, 0, {hi[1]}, 0]", interior=f"[{interior}, 0, {interior}, 0]",
+        cols=[f"[0:{hp}, 0:{b}, {j}:{j + (ow - 1) * s + 1}:{s}, 0:{cin}]" for j in range(kw)],
+        col=_t(hp, b, ow, cin).mlir, P=_t(hp, b, ow, kw * cin).mlir,
+        rows=[f"[{i}:{i + (oh - 1) * s + 1}:{s}, 0:{b}, 0:{ow}, 0:{kw * cin}]" for i in range(kh)],
+        R=_t(oh, b, ow, kw * cin).mlir, Rg=_t(oh, b, ow, kw, g, cg).mlir,
+        W=_t(kh, g, kw, cg, og).mlir, W1=_t(1, g, kw, cg, og).mlir, Wi=_t(g, kw, cg, og).mlir,
+        Yg=_t(g, oh, b, ow, og).mlir, kw=kw, cin_g=cg, cout_g=og, out=(oh, ow), P_type=_t(hp, b, ow, kw * cin))
+
+
+def _nchw_taps(b, c, h, wd, kh, kw, s, lo, hi, interior) -> dict:
+    """Padding and the k·k strided tap slices of an NCHW tensor (depthwise form)."""
+    hp = h + lo[0] + hi[0] + (h - 1) * interior
+    wp = wd + lo[1] + hi[1] + (wd - 1) * interior
+    oh, ow = (hp - kh) // s + 1, (wp - kw) // s + 1
+    return dict(xp=_t(b, c, hp, wp).mlir, lo=f"[0, 0, {lo[0]}, {lo[1]}]", hi=f"[0, 0, {hi[0]}, {hi[1]}]",
+                interior=f"[0, 0, {interior}, {interior}]", out=(oh, ow),
+                taps=[f"[0:{b}, 0:{c}, {i}:{i + (oh - 1) * s + 1}:{s}, {j}:{j + (ow - 1) * s + 1}:{s}]"
+                      for i in range(kh) for j in range(kw)])
+
+
 @primitive("conv")
 class Conv(Prim):
-    """y = conv(x, w; stride, pad=(ph_lo, ph_hi, pw_lo, pw_hi), groups).  Saves x.
-    dx: conv of dy (lhs-dilated by the stride) with the reversed, I/O-swapped kernel.
-    dw: the "transpose trick" — x and dy with batch and feature swapped, dy as the kernel
-    (rhs-dilated by the stride), batch_group_count = groups; only standard dimension numbers,
-    because IREE mis-lowers the ones JAX's autodiff emits (../shared/reference/iree.md §3.2)."""
+    """y = conv(x, w; stride, pad=(ph_lo, ph_hi, pw_lo, pw_hi), groups).
+    No stablehlo.convolution: IREE 3.13's llvm-cpu codegen for it (forward and above all the two
+    backward convolutions) was 2–4× slower than matmuls, and its im2col path miscompiles
+    depthwise convs at batch > 1 and 3×3 convs with a 1×1 output.  Two forms:
+    - depthwise (groups = C, one input channel per group): k·k shifted slices times per-channel
+      weights, elementwise; saves x.
+    - otherwise: kw-patches of x in an [H, B, W, C] layout and one matmul per live kernel row
+      (see the template's header for the formulas); saves the patches, so the backward does
+      not rebuild them.  dx is the same computation on dy with the flipped kernel (stride > 1:
+      dy interior-padded by s − 1), dw is a matmul batched over output rows.
+    benchmarks/NOTES.md has the measurements behind each choice."""
     inputs = ("x",)
     params = ("w",)
     examples = [
@@ -31,6 +73,10 @@ class Conv(Prim):
         (dict(stride=2, pad=(1, 1, 1, 1), groups=4), [_t(2, 4, 6, 6)], [_t(4, 1, 3, 3)]),   # depthwise
         (dict(stride=1, pad=(2, 2, 2, 2), groups=2), [_t(1, 4, 5, 5)], [_t(6, 2, 5, 5)]),   # grouped
         (dict(stride=4, pad=(0, 0, 0, 0), groups=1), [_t(2, 3, 8, 8)], [_t(5, 3, 4, 4)]),   # patchify
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 1, 1)], [_t(4, 3, 3, 3)]),   # 1x1 input: centre tap only
+        (dict(stride=2, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 2, 2)], [_t(4, 3, 3, 3)]),   # s2 to 1x1: dead first row/col
+        (dict(stride=1, pad=(2, 0, 0, 1), groups=1), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),   # asymmetric, taps dead on one side
+        (dict(stride=1, pad=(1, 1, 0, 0), groups=3), [_t(2, 3, 4, 4)], [_t(3, 1, 3, 1)]),   # depthwise, non-square kernel
     ]
 
     def infer(self, ins, ps):
@@ -48,6 +94,15 @@ class Conv(Prim):
             raise ShapeError(f"a {kh}x{kw} kernel does not fit a {h}x{wd} input (output would be {oh}x{ow})")
         return _t(b, o, oh, ow), 2 * b * o * oh * ow * ci * kh * kw
 
+    def _depthwise(self, x, w) -> bool:
+        return self.groups == x.dims[1] and w.dims[1] == 1 and w.dims[0] == x.dims[1]
+
+    def saved(self, ins, ps, out):
+        (x,), (w,) = ins, ps
+        if self._depthwise(x, w):
+            return [x]
+        return [self.context(ins, ps, out)["f"]["P_type"]]
+
     def context(self, ins, ps, out):
         (x,), (w,) = ins, ps
         b, c, h, wd = x.dims
@@ -55,28 +110,32 @@ class Conv(Prim):
         _, _, oh, ow = out.dims
         s, g = self.stride, self.groups
         ph0, ph1, pw0, pw1 = self.pad
-        # rows of the padded input the last window never reaches (the stride does not divide)
+        # rows/cols of the padded input the last window does not reach (the stride does not divide)
         rh = (h + ph0 + ph1 - kh) % s
         rw = (wd + pw0 + pw1 - kw) % s
-        ctx = {
-            "s": s, "g": g,
-            "pad": f"[[{ph0}, {ph1}], [{pw0}, {pw1}]]",
-            # dx = conv(dy dilated by s, reversed kernel): padding k-1-lo, k-1-hi+r
-            "dx_pad": f"[[{kh - 1 - ph0}, {kh - 1 - ph1 + rh}], [{kw - 1 - pw0}, {kw - 1 - pw1 + rw}]]",
-            "wt": _t(c, o // g, kh, kw).mlir,
-            "wg": _t(g, o // g, ci, kh, kw).mlir,
-            "wgt": _t(g, ci, o // g, kh, kw).mlir,
-            "xt": _t(c, b, h, wd).mlir,
-            "dyt": _t(o, b, oh, ow).mlir,
-            "dwt": _t(ci, o, kh, kw).mlir,
-        }
-        # dw: the hi padding that makes the output exactly k: hi - r; crop the input when negative
-        eh, ew = ph1 - rh, pw1 - rw
-        ctx["crop"] = eh < 0 or ew < 0
-        ctx["xc"] = _t(c, b, h + min(eh, 0), wd + min(ew, 0)).mlir
-        ctx["crop_limits"] = f"[0:{c}, 0:{b}, 0:{h + min(eh, 0)}, 0:{wd + min(ew, 0)}]"
-        ctx["dw_pad"] = f"[[{ph0}, {max(eh, 0)}], [{pw0}, {max(ew, 0)}]]"
-        return ctx
+        if self._depthwise(x, w):
+            f = _nchw_taps(b, c, h, wd, kh, kw, s, (ph0, pw0), (ph1, pw1), 0)
+            # dx = the forward sum's adjoint: taps of dy dilated by s, padded k−1−lo / k−1−hi+r
+            d = _nchw_taps(b, c, oh, ow, kh, kw, 1, (kh - 1 - ph0, kw - 1 - pw0),
+                           (kh - 1 - ph1 + rh, kw - 1 - pw1 + rw), s - 1)
+            assert f["out"] == (oh, ow) and d["out"] == (h, wd), "lmc bug: depthwise conv geometry"
+            return dict(depthwise=True, f=f, d=d, c=c, kk=kh * kw, wck=_t(c, kh * kw).mlir,
+                        wc1=_t(c, 1).mlir, wc=_t(c).mlir)
+        i0, i1 = _live(h, kh, s, ph0, oh)
+        j0, j1 = _live(wd, kw, s, pw0, ow)
+        kh2, kw2 = i1 - i0, j1 - j0
+        # the conv with only the live taps: same output, padding shrunk (negative = cropped input)
+        lo, hi = (ph0 - i0, pw0 - j0), (ph1 - (kh - i1), pw1 - (kw - j1))
+        f = _hbwc(b, c, h, wd, kh2, kw2, s, lo, hi, 0, g, o)
+        d = _hbwc(b, o, oh, ow, kh2, kw2, 1, (kh2 - 1 - lo[0], kw2 - 1 - lo[1]),
+                  (kh2 - 1 - hi[0] + rh, kw2 - 1 - hi[1] + rw), s - 1, g, c)
+        assert f["out"] == (oh, ow) and d["out"] == (h, wd), "lmc bug: conv geometry"
+        og = o // g
+        return dict(depthwise=False, g=g, f=f, d=d, o=o, ci=ci, kh=kh, kw=kw, i0=i0, i1=i1, j0=j0, j1=j1,
+                    wl=_t(o, ci, kh2, kw2).mlir, wg=_t(g, og, ci, kh2, kw2).mlir, yt=_t(b, g, og, oh, ow).mlir,
+                    dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwi=_t(g, og, kw2, ci).mlir,
+                    dwi1=_t(1, g, og, kw2, ci).mlir, dwc=_t(kh2, g, og, kw2, ci).mlir,
+                    dxt=_t(b, g, ci, h, wd).mlir)
 
     @staticmethod
     def reference(xp, x, w, stride, pad, groups):

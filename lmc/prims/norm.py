@@ -38,9 +38,7 @@ class BatchNorm(Prim):
     def context(self, ins, ps, out):
         (x,) = ins
         n = x.size // x.dims[1]
-        b = x.dims[0]
-        bc = TensorType((b, x.dims[1]))
-        return {"spatial": x.rank == 4, "bc": bc.mlir, "inv_n": flt(1.0 / n), "eps": flt(EPS),
+        return {"axes": "[0, 2, 3]" if x.rank == 4 else "[0]", "inv_n": flt(1.0 / n), "eps": flt(EPS),
                 "c": ps[0].mlir}
 
     @staticmethod
