@@ -33,8 +33,8 @@ def main():
             net = infer(load_spec(path))
             if net.unlowered or net.spec.train is None:
                 continue
-            text = lower(net)
             for b in args.backends:
+                text = lower(net, backend=b)
                 t0 = time.perf_counter()
                 try:
                     c = compile_module(text, backend=b)

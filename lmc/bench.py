@@ -59,7 +59,7 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     """cold=True compiles once into an empty temporary cache, so the cold time is measured
     even when the module is already cached."""
     backend = resolve_backend(backend)
-    text = lower(net)
+    text = lower(net, backend=backend)
     t0 = time.perf_counter()
     if cold:
         import os

@@ -129,13 +129,15 @@ def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
            function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward or all.")] = "all",
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
+           backend: Annotated[Optional[str], typer.Option(help="Render the spelling for this backend: llvm-cpu (default), cuda or rocm (GPUs get stablehlo.convolution).")] = None,
            set: SetOpt = None) -> None:
     """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
     from .lower import lower
     with user_errors():
         if function not in ("train_step", "forward", "all"):
             raise LmcError(f"--function must be train_step, forward or all, got {function!r}")
-        text = lower(_load(spec, set, batch), function)
+        from .compile import resolve_backend
+        text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend))
     if output:
         output.write_text(text)
         err.print(f"wrote {output} ({len(text):,} bytes)")
@@ -162,7 +164,7 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
             name = source.stem
         else:
             net = _load(source, set)
-            text = lower(net)
+            text = lower(net, backend=resolve_backend(backend))
             name = net.spec.name + (f"-{net.spec.build_tag}" if net.spec.build_tag else "")
         b = resolve_backend(backend)
         out = output or Path("build") / f"{name}.{b}.vmfb"

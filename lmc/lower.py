@@ -74,8 +74,9 @@ def _loc(net: TypedNet, layer: int) -> str:
 
 
 class _Emitter:
-    def __init__(self, net: TypedNet):
+    def __init__(self, net: TypedNet, backend: str = "llvm-cpu"):
         self.net = net
+        self.backend = backend
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
         self.lines: list[str] = []
         self.n = 0
@@ -108,10 +109,11 @@ def _check_lowerable(net: TypedNet):
                                      f"`lmc info` counts it but it cannot be lowered to StableHLO yet", l.loc)
 
 
-def lower(net: TypedNet, functions: str = "all") -> str:
-    """Render the module.  functions: train_step | forward | all."""
+def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> str:
+    """Render the module.  functions: train_step | forward | all.  backend (llvm-cpu, cuda,
+    rocm; default llvm-cpu) picks backend-specific spellings of a primitive (_GPU_FORMS)."""
     _check_lowerable(net)
-    em = _Emitter(net)
+    em = _Emitter(net, backend or "llvm-cpu")
     bodies = []
     if functions in ("all", "train_step"):
         if net.spec.train is None:
@@ -127,8 +129,21 @@ def lower(net: TypedNet, functions: str = "all") -> str:
     return "\n".join(out) + "\n"
 
 
+# Backend-specific spellings of a primitive (same math, same contract, both oracle-tested):
+# GPUs get the stablehlo.convolution form of conv (see lmc/prims/conv_direct.py).
+_GPU_FORMS = {"conv": "conv_direct"}
+
+
+def _prim_for(node: Node, backend: str):
+    if backend in ("cuda", "rocm") and node.prim.name in _GPU_FORMS:
+        from .prims import make_prim
+        return make_prim(_GPU_FORMS[node.prim.name], **node.prim.attrs)
+    return node.prim
+
+
 def _rendered(em: _Emitter, node: Node):
-    r = render_prim(node.prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type)
+    r = render_prim(_prim_for(node, em.backend), [v.type for v in node.inputs], [p.type for p in node.params],
+                    node.out.type)
     em.add_funcs(r.fwd, r.text)
     return r
 

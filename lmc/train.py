@@ -248,7 +248,7 @@ class Trainer:
             opt_state = [np.zeros(p.type.dims, np.float32) for _ in self.abi.opt_slots for p in net.params]
             self.step, self.epoch, self.batch = 0, 0, 0
         t0 = time.time()
-        c = compile_module(lower(net), None, self.backend, opts.chip)
+        c = compile_module(lower(net, backend=self.backend), None, self.backend, opts.chip)
         self.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
         self.module = Module(c.path, self.backend)
         up = self.module.upload
@@ -475,10 +475,10 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if net.spec.train is not None:
         # the whole module, as `lmc train` compiled it: a cache hit after training
         try:
-            text = lower(net)
+            text = lower(net, backend=b)
         except LmcError:
             text = None
-    c = compile_module(text or lower(net, "forward"), None, b, chip)
+    c = compile_module(text or lower(net, "forward", backend=b), None, b, chip)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({got.what})")
     mod = Module(c.path, b)

@@ -27,7 +27,7 @@ CASES = [(p, b) for p in SPECS if lowerable(p) for b in ("llvm-cpu", "cuda", "ro
 
 @pytest.mark.parametrize("path,backend", CASES, ids=[f"{p.stem}-{b}" for p, b in CASES])
 def test_spec_compiles(path, backend):
-    text = lower(infer(load_spec(path)))
+    text = lower(infer(load_spec(path)), backend=backend)
     c = compile_module(text, backend=backend)
     assert c.path.stat().st_size > 1000
 

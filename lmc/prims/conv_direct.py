@@ -1,0 +1,51 @@
+"""conv_direct: the same convolution as `conv`, spelled with `stablehlo.convolution` (forward,
+dx as an lhs-dilated conv with the reversed kernel, dw by the transpose trick).  lmc emits it for
+the GPU backends (cuda, rocm), whose convolution codegen is good and where IREE 3.13's NVPTX
+backend crashes on the index arithmetic of the CPU-oriented matmul form ("Cannot select:
+v2i16 umul_lohi" in a broadcast dispatch of resnet18's train step).  On llvm-cpu the matmul
+form (`conv`) is several times faster (benchmarks/NOTES.md)."""
+from __future__ import annotations
+
+from ..types import TensorType
+from . import primitive
+from .conv import Conv
+
+
+def _t(*d):
+    return TensorType(tuple(d))
+
+
+@primitive("conv_direct")
+class ConvDirect(Conv):
+    def saved(self, ins, ps, out):
+        return [ins[0]]
+
+    def context(self, ins, ps, out):
+        (x,), (w,) = ins, ps
+        b, c, h, wd = x.dims
+        o, ci, kh, kw = w.dims
+        _, _, oh, ow = out.dims
+        s, g = self.stride, self.groups
+        ph0, ph1, pw0, pw1 = self.pad
+        # rows of the padded input the last window never reaches (the stride does not divide)
+        rh = (h + ph0 + ph1 - kh) % s
+        rw = (wd + pw0 + pw1 - kw) % s
+        ctx = {
+            "s": s, "g": g,
+            "pad": f"[[{ph0}, {ph1}], [{pw0}, {pw1}]]",
+            # dx = conv(dy dilated by s, reversed kernel): padding k-1-lo, k-1-hi+r
+            "dx_pad": f"[[{kh - 1 - ph0}, {kh - 1 - ph1 + rh}], [{kw - 1 - pw0}, {kw - 1 - pw1 + rw}]]",
+            "wt": _t(c, o // g, kh, kw).mlir,
+            "wg": _t(g, o // g, ci, kh, kw).mlir,
+            "wgt": _t(g, ci, o // g, kh, kw).mlir,
+            "xt": _t(c, b, h, wd).mlir,
+            "dyt": _t(o, b, oh, ow).mlir,
+            "dwt": _t(ci, o, kh, kw).mlir,
+        }
+        # dw: the hi padding that makes the output exactly k: hi - r; crop the input when negative
+        eh, ew = ph1 - rh, pw1 - rw
+        ctx["crop"] = eh < 0 or ew < 0
+        ctx["xc"] = _t(c, b, h + min(eh, 0), wd + min(ew, 0)).mlir
+        ctx["crop_limits"] = f"[0:{c}, 0:{b}, 0:{h + min(eh, 0)}, 0:{wd + min(ew, 0)}]"
+        ctx["dw_pad"] = f"[[{ph0}, {max(eh, 0)}], [{pw0}, {max(ew, 0)}]]"
+        return ctx
