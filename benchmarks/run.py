@@ -1,9 +1,9 @@
 """`make bench`: lmc vs JAX vs PyTorch (eager and torch.compile) on the same nets, same batch,
 same optimizer, measured in one process on this machine.
 
-The machine may be shared, so the candidates of one net are timed *interleaved*: one step of
-each in turn, `--steps` rounds after warm-up, medians reported; a load drift then hits all of
-them alike.  Besides wall time the table keeps each candidate's process CPU time per step
+The machine may be shared, so the candidates of one net are timed *interleaved*: a block of
+steps of each in turn (one step for the CNNs, ~0.2 s worth for small nets), `--steps` rounds
+after warm-up, per-step medians reported; a load drift then hits all of them alike.  Besides wall time the table keeps each candidate's process CPU time per step
 (all its threads), which hardly moves with other processes' load.  A peer that fails to build
 or run is reported as n/a with its error on stderr and in the results file, never hidden.
 
@@ -63,19 +63,27 @@ def first_call(call) -> float:
     return time.perf_counter() - t0
 
 
-def measure(cands: dict, steps: int, warmup: int = 2) -> dict:
-    """Interleaved: every round runs one step of each candidate.  name → (wall ms, CPU ms) medians."""
-    for _ in range(warmup):
-        for f in cands.values():
+def measure(cands: dict, steps: int, warmup: int = 2, block_s: float = 0.2) -> dict:
+    """Interleaved rounds: each round runs a block of consecutive steps of every candidate in
+    turn (blocks of ≈ block_s seconds, so a 5 ms step is timed over ~40 steps and does not pay
+    for the previous candidate's threads winding down).  name → (wall ms, CPU ms) per step,
+    medians over `steps` rounds."""
+    block = {}
+    for k, f in cands.items():
+        for _ in range(warmup):
             f()
+        t0 = time.perf_counter()
+        f()
+        block[k] = max(1, min(100, int(block_s / max(time.perf_counter() - t0, 1e-6))))
     wall = {k: [] for k in cands}
     cpu = {k: [] for k in cands}
     for _ in range(steps):
         for k, f in cands.items():
             c0, t0 = time.process_time(), time.perf_counter()
-            f()
-            wall[k].append(1e3 * (time.perf_counter() - t0))
-            cpu[k].append(1e3 * (time.process_time() - c0))
+            for _ in range(block[k]):
+                f()
+            wall[k].append(1e3 * (time.perf_counter() - t0) / block[k])
+            cpu[k].append(1e3 * (time.process_time() - c0) / block[k])
     return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in cands}
 
 
@@ -146,7 +154,7 @@ def table(rows) -> str:
 def results_md(rows, m, steps) -> str:
     out = ["# Benchmark results", "",
            f"Train step (forward, loss, backward, optimizer update), ms per step, median of {steps} interleaved",
-           "rounds after 2 warm-up steps; regenerate with `make bench` (`python benchmarks/run.py --results "
+           "rounds (each a block of steps of every candidate in turn) after 2 warm-up steps; regenerate with `make bench` (`python benchmarks/run.py --results "
            "benchmarks/RESULTS.md`).", "",
            f"- machine: {m['cpu']}, {m['cores']} cores; {m['date']}",
            f"- versions: Python {m['python']}, IREE {m.get('iree', '?')} (llvm-cpu, local-task), "
