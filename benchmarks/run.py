@@ -165,7 +165,8 @@ def results_md(rows, m, steps) -> str:
            "wall times of all candidates are affected alike, `lmc CPU ms` is lmc's process CPU time per step).",
            "", table(rows), ""]
     firsts = [f"{r['net']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["first_call_s"].items()) for r in rows]
-    out += ["First call (compile included; lmc: iree-compile unless cached + first step):", ""]
+    out += ["First call, with the compile caches as found (lmc: iree-compile unless the module is cached, "
+            "then the first step; torch.compile: dynamo/inductor, whose FX graph cache may be warm):", ""]
     out += [f"- {f}" for f in firsts]
     errs = [f"- {r['net']} / {k}: {v}" for r in rows for k, v in r["errors"].items()]
     if errs:
