@@ -1,11 +1,17 @@
 """`make bench`: lmc vs JAX vs PyTorch (eager and torch.compile) on the same nets, same batch,
-same optimizer, measured in one process on this machine.
+same optimizer, measured in one run on this machine.
 
-The machine may be shared, so the candidates of one net are timed *interleaved*: a block of
-steps of each in turn (one step for the CNNs, ~0.2 s worth for small nets), `--steps` rounds
-after warm-up, per-step medians reported; a load drift then hits all of them alike.  Besides wall time the table keeps each candidate's process CPU time per step
-(all its threads), which hardly moves with other processes' load.  A peer that fails to build
-or run is reported as n/a with its error on stderr and in the results file, never hidden.
+Each candidate runs in a process of its own, as a user would run it: thread pools, spinning
+OpenMP workers, allocator settings and thread priorities of one framework cannot slow
+another down (in one shared process they did: lmc lowers its calling thread's priority, and
+PyTorch's OpenMP workers spin after each call).  The machine may be shared, so the
+candidates of one net are timed *interleaved*: the parent asks each process in turn for a
+block of steps (one step for the CNNs, ~0.2 s worth for small nets), with a short pause
+after each block so the previous candidate's threads are idle, `--steps` rounds after
+warm-up, per-step medians reported; a load drift then hits all of them alike.  Besides wall
+time the table keeps each candidate's process CPU time per step (all its threads), which
+hardly moves with other processes' load.  A peer that fails to build or run is reported as
+n/a with its error on stderr and in the results file, never hidden.
 
     python benchmarks/run.py [--nets mnist_cnn ...] [--steps 10] [--json out.json]
                              [--results benchmarks/RESULTS.md]
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -63,47 +70,120 @@ def first_call(call) -> float:
     return time.perf_counter() - t0
 
 
-def measure(cands: dict, steps: int, warmup: int = 2, block_s: float = 0.2) -> dict:
-    """Interleaved rounds: each round runs a block of consecutive steps of every candidate in
-    turn (blocks of ≈ block_s seconds, so a 5 ms step is timed over ~40 steps and does not pay
-    for the previous candidate's threads winding down).  name → (wall ms, CPU ms) per step,
-    medians over `steps` rounds."""
-    block = {}
-    for k, f in cands.items():
-        for _ in range(warmup):
-            f()
-        t0 = time.perf_counter()
-        f()
-        block[k] = max(1, min(100, int(block_s / max(time.perf_counter() - t0, 1e-6))))
-    wall = {k: [] for k in cands}
-    cpu = {k: [] for k in cands}
-    for _ in range(steps):
-        for k, f in cands.items():
+def _serve(conn, name: str, spec: str, sets: list[str]):
+    """A candidate's process: build its step, then run blocks of steps on request."""
+    try:
+        net = infer(load_spec(ROOT / spec, sets))
+        call, info = lmc_candidate(net) if name == "lmc" else peer_candidate(name, net)
+        first = first_call(call) + (info.get("compile_s") or 0.0)
+        conn.send(("ok", first))
+    except Exception as e:  # report, don't hide
+        conn.send(("error", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"))
+        return
+    while True:
+        msg = conn.recv()
+        if msg[0] == "quit":
+            return
+        n = msg[1]
+        try:
             c0, t0 = time.process_time(), time.perf_counter()
-            for _ in range(block[k]):
-                f()
-            wall[k].append(1e3 * (time.perf_counter() - t0) / block[k])
-            cpu[k].append(1e3 * (time.process_time() - c0) / block[k])
-    return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in cands}
+            for _ in range(n):
+                call()
+            conn.send(("ok", (time.perf_counter() - t0, time.process_time() - c0)))
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {str(e).strip()[:300]}"))
+            return
+
+
+class Candidate:
+    """One candidate's process and the pipe to it."""
+
+    def __init__(self, ctx, name, spec, sets):
+        self.name = name
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, name, spec, sets), daemon=True)
+        self.proc.start()
+        status, value = self.conn.recv()
+        if status != "ok":
+            self.close()
+            raise RuntimeError(value)
+        self.first_call_s = value
+
+    def run(self, n: int) -> tuple[float, float]:
+        """n steps; (wall s, process CPU s)."""
+        self.conn.send(("run", n))
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            status, value = "error", f"the {self.name} process died"
+        if status != "ok":
+            raise RuntimeError(value)
+        return value
+
+    def close(self):
+        try:
+            self.conn.send(("quit",))
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+def measure(cands: dict, steps: int, warmup: int = 2, block_s: float = 0.2, settle_s: float = 0.3) -> dict:
+    """Interleaved rounds: each round runs a block of consecutive steps of every candidate in
+    turn (blocks of ≈ block_s seconds, so a 5 ms step is timed over ~40 steps), pausing
+    settle_s after each block so no thread of the previous candidate is still spinning.
+    Returns ({name: (wall ms, CPU ms) per step, medians over `steps` rounds}, {name: error})."""
+    block, errors = {}, {}
+    for k, c in cands.items():
+        try:
+            c.run(warmup)
+            wall, _ = c.run(1)
+            block[k] = max(1, min(100, int(block_s / max(wall, 1e-6))))
+        except RuntimeError as e:
+            errors[k] = str(e)
+        time.sleep(settle_s)
+    wall = {k: [] for k in block}
+    cpu = {k: [] for k in block}
+    for _ in range(steps):
+        for k in list(block):
+            if k in errors:
+                continue
+            try:
+                w, p = cands[k].run(block[k])
+            except RuntimeError as e:
+                errors[k] = str(e)
+                continue
+            wall[k].append(1e3 * w / block[k])
+            cpu[k].append(1e3 * p / block[k])
+            time.sleep(settle_s)
+    res = {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in block if k not in errors}
+    return res, errors
 
 
 def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> dict:
     net = infer(load_spec(ROOT / spec, sets))
     row = {"net": Path(spec).stem, "batch": net.batch, "errors": {}, "first_call_s": {}, "cpu": {}}
+    ctx = mp.get_context("spawn")
     cands = {}
-    for name in ("lmc",) + which:
-        try:
-            call, info = lmc_candidate(net) if name == "lmc" else peer_candidate(name, net)
-            row["first_call_s"][name] = round(first_call(call), 2)
-            if info.get("compile_s") is not None:
-                row["first_call_s"][name] = round(row["first_call_s"][name] + info["compile_s"], 2)
-            cands[name] = call
-        except Exception as e:  # report, don't hide
-            row["errors"][name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
-            print(f"{name} failed on {spec}: {row['errors'][name]}", file=sys.stderr, flush=True)
-    load0 = os.getloadavg()[0]
-    res = measure(cands, steps)
-    row["load"] = (round(load0, 2), round(os.getloadavg()[0], 2))
+    try:
+        for name in ("lmc",) + which:       # built one after another: compiles do not overlap
+            try:
+                cands[name] = Candidate(ctx, name, spec, sets)
+                row["first_call_s"][name] = round(cands[name].first_call_s, 2)
+            except Exception as e:
+                row["errors"][name] = str(e)
+                print(f"{name} failed on {spec}: {row['errors'][name]}", file=sys.stderr, flush=True)
+        load0 = os.getloadavg()[0]
+        res, errors = measure(cands, steps)
+        for name, err in errors.items():
+            row["errors"][name] = err
+            print(f"{name} failed on {spec}: {err}", file=sys.stderr, flush=True)
+        row["load"] = (round(load0, 2), round(os.getloadavg()[0], 2))
+    finally:
+        for c in cands.values():
+            c.close()
     for name in ("lmc",) + which:
         row[name] = res[name][0] if name in res else None
         row["cpu"][name] = res[name][1] if name in res else None
@@ -154,8 +234,8 @@ def table(rows) -> str:
 def results_md(rows, m, steps) -> str:
     out = ["# Benchmark results", "",
            f"Train step (forward, loss, backward, optimizer update), ms per step, median of {steps} interleaved",
-           "rounds (each a block of steps of every candidate in turn) after 2 warm-up steps; regenerate with `make bench` (`python benchmarks/run.py --results "
-           "benchmarks/RESULTS.md`).", "",
+           "rounds (each a block of steps of every candidate in turn, each candidate in a process of its own) after 2 warm-up steps; "
+           "regenerate with `make bench` (`python benchmarks/run.py --results benchmarks/RESULTS.md`).", "",
            f"- machine: {m['cpu']}, {m['cores']} cores; {m['date']}",
            f"- versions: Python {m['python']}, IREE {m.get('iree', '?')} (llvm-cpu, local-task), "
            f"JAX {m.get('jax', '?')}, PyTorch {m.get('torch', '?')}",
