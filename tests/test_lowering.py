@@ -204,3 +204,37 @@ def test_cross_compile(tmp_path, backend, chip):
     c = compile_module(text, tmp_path / f"cnn.{backend}.vmfb", backend=backend, chip=chip)
     assert c.path.stat().st_size > 1000
     assert any(chip in f for f in c.command), c.command
+
+
+# --------------------------------------------------------------------------- conv spellings
+
+
+def test_conv_form_selects_the_spelling(tmp_path, monkeypatch):
+    net = infer(load_spec(_write(tmp_path, "cnn", CNN)))
+    monkeypatch.delenv("LMC_CONV_FORM", raising=False)
+    matmul = lower(net, backend="cuda")
+    assert "stablehlo.convolution" not in matmul and "stablehlo.dot_general" in matmul
+    assert "stablehlo.reverse" not in matmul      # the kernel flip of dx is folded into the patch order
+    monkeypatch.setenv("LMC_CONV_FORM", "direct")
+    assert "stablehlo.convolution" in lower(net, backend="cuda")
+
+
+def test_conv_form_rejects_unknown_values(tmp_path):
+    path = _write(tmp_path, "cnn", CNN)
+    env = {**os.environ, "LMC_CONV_FORM": "winograd"}
+    r = subprocess.run([sys.executable, "-m", "lmc.cli", "render", str(path)], capture_output=True, text=True, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "LMC_CONV_FORM='winograd': expected one of matmul, direct" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.iree
+def test_resnet18_cross_compiles_for_cuda(tmp_path):
+    """Regression: IREE 3.13's NVPTX backend aborted on resnet18's train step ("Cannot select:
+    v2i16 umul_lohi" in the reverse+transpose gather of a 256-channel dx kernel).  Small batch
+    and image so it stays in the default suite (≈ 20 s); the full-size nets: `make test-slow`."""
+    from lmc.compile import compile_module
+    root = Path(__file__).resolve().parent.parent
+    net = infer(load_spec(root / "specs" / "resnet18.yaml", ["train.batch_size=8", "input.height=32", "input.width=32"]))
+    c = compile_module(lower(net, backend="cuda"), tmp_path / "r18.vmfb", backend="cuda", chip="sm_86")
+    assert c.path.stat().st_size > 100_000

@@ -1,9 +1,10 @@
 """conv_direct: the same convolution as `conv`, spelled with `stablehlo.convolution` (forward,
-dx as an lhs-dilated conv with the reversed kernel, dw by the transpose trick).  lmc emits it for
-the GPU backends (cuda, rocm), whose convolution codegen is good and where IREE 3.13's NVPTX
-backend crashes on the index arithmetic of the CPU-oriented matmul form ("Cannot select:
-v2i16 umul_lohi" in a broadcast dispatch of resnet18's train step).  On llvm-cpu the matmul
-form (`conv`) is several times faster (benchmarks/NOTES.md)."""
+dx as an lhs-dilated conv with the reversed kernel, dw by the transpose trick).  Opt-in with
+`LMC_CONV_FORM=direct` (any backend): it hands the convolutions to IREE's own conv codegen,
+which on llvm-cpu is several times slower than the matmul form (benchmarks/NOTES.md) and
+for cuda took more than 15 minutes to compile resnet18's train step (the matmul form: 16 s).
+Kept, oracle-tested, for GPUs where IREE's conv kernels may win at run time (unmeasured:
+no GPU here)."""
 from __future__ import annotations
 
 from ..types import TensorType
@@ -17,7 +18,7 @@ def _t(*d):
 
 @primitive("conv_direct")
 class ConvDirect(Conv):
-    # Tested (on llvm-cpu, as a proxy for the GPUs it is emitted for) on conv's examples except
+    # Tested (on llvm-cpu, as a proxy for the GPUs it is meant for) on conv's examples except
     # the stride-2 conv whose output is 1x1 from a 2x2 input: IREE 3.13's llvm-cpu lowering of
     # that stablehlo.convolution fails ("'linalg.generic' op inferred input/output operand #1
     # has shape's dimension #0 to be 4, but found 3"); not checked on a GPU in this session.
