@@ -14,9 +14,18 @@ from pathlib import Path
 import numpy as np
 
 from .compile import compile_module, resolve_backend
+from .errors import TrainError
 from .infer import TypedNet
 from .lower import abi, hyperparams, lower
 from .runtime import Module
+
+
+class DeviceMissing(TrainError):
+    """The module compiled but there is no device to run it on; .partial has the compile numbers."""
+
+    def __init__(self, message, hint=None, partial=None):
+        super().__init__(message, hint=hint)
+        self.partial = partial or {}
 
 
 def _initial(net: TypedNet, rng):
@@ -83,7 +92,13 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     compile_module(text, backend=backend, chip=chip)          # the cached path: hash + copy
     cached_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    m = Module(c.path, backend)
+    try:
+        m = Module(c.path, backend)
+    except TrainError as e:           # no such device here: the compile numbers still stand
+        raise DeviceMissing(e.message, hint=e.hint, partial={
+            "name": net.spec.name, "backend": backend, "batch": net.batch,
+            "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
+            "compile_cached_s": round(cached_s, 4), "vmfb_bytes": Path(c.path).stat().st_size}) from None
     load_s = time.perf_counter() - t0
     step, state = stepper(net, m)
     times = []

@@ -273,14 +273,24 @@ def bench_cmd(spec: SpecArg,
               set: SetOpt = None) -> None:
     """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes:
     compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s, peak memory."""
-    from .bench import bench
+    from .bench import DeviceMissing, bench
     with user_errors():
         net = _load(spec, set, batch)
         if net.spec.train is None:
             raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
         if steps < 1:
             raise LmcError(f"--steps must be at least 1, got {steps}")
-        r = bench(net, backend, chip, steps=steps, cold=cold)
+        try:
+            r = bench(net, backend, chip, steps=steps, cold=cold)
+        except DeviceMissing as e:   # report what was measured (the compile), then the error
+            p = e.partial
+            if as_json:
+                print(json.dumps(p, indent=2))
+            else:
+                console.print(f"compiled {p['name']} for {p['backend']} (batch {p['batch']}): "
+                              + ("cached" if p["compile_s"] is None else f"{p['compile_s']:.2f} s")
+                              + f", {p['vmfb_bytes']:,} bytes; step timings need the device", markup=False)
+            raise
     if as_json:
         print(json.dumps(r, indent=2))
         return

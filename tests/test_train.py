@@ -87,6 +87,14 @@ def test_gpu_backend_without_gpu_fails_after_compiling(tmp_path, backend, kind):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("backend,kind", [("rocm", "HIP"), ("cuda", "CUDA")])
+def test_bench_on_a_gpu_backend_without_gpu_reports_the_compile(backend, kind):
+    code, out = lmc("bench", MLP, "--backend", backend, "--steps", 1)
+    assert code == 2
+    assert re.search(rf"compiled .* for {backend} \(batch \d+\): (cached|[\d.]+ s), [\d,]+ bytes; step timings need the device", out), out
+    assert f"error: no {kind}" in out
+
+
 def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     code, out = lmc("train", MLP, "--epochs", 3, "--steps", 22, "--out", run)
