@@ -129,7 +129,7 @@ def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
            function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward or all.")] = "all",
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
-           backend: Annotated[Optional[str], typer.Option(help="Render the spelling for this backend: llvm-cpu (default), cuda or rocm (GPUs get stablehlo.convolution).")] = None,
+           backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu (default), cuda or rocm. Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
            set: SetOpt = None) -> None:
     """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
     from .lower import lower
