@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .compile import RUNTIME_DRIVER
-from .errors import TrainError
+from .errors import LmcError, TrainError
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4     # glibc <malloc.h>
@@ -52,7 +52,11 @@ def yield_to_workers() -> int | None:
     work (≈0.2 ms per call) runs when the workers sleep.  Only the calling thread changes
     (threads it starts later inherit it); unprivileged, so it cannot be undone in-process.
     `LMC_CALLER_NICE=0` turns it off.  Returns the thread's nice value, None if unchanged."""
-    want = int(os.environ.get("LMC_CALLER_NICE", _CALLER_NICE))
+    raw = os.environ.get("LMC_CALLER_NICE", str(_CALLER_NICE))
+    try:
+        want = int(raw)
+    except ValueError:
+        raise LmcError(f"LMC_CALLER_NICE={raw!r}: expected an integer nice value, 0 (off) to 19") from None
     tid = threading.get_native_id()
     if want <= 0 or tid in _reniced or not hasattr(os, "setpriority"):
         return None
