@@ -91,14 +91,14 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     t0 = time.perf_counter()
     compile_module(text, backend=backend, chip=chip)          # the cached path: hash + copy
     cached_s = time.perf_counter() - t0
+    compiled = {"name": net.spec.name, "backend": backend, "batch": net.batch,
+                "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
+                "compile_cached_s": round(cached_s, 4), "vmfb_bytes": Path(c.path).stat().st_size}
     t0 = time.perf_counter()
     try:
         m = Module(c.path, backend)
     except TrainError as e:           # no such device here: the compile numbers still stand
-        raise DeviceMissing(e.message, hint=e.hint, partial={
-            "name": net.spec.name, "backend": backend, "batch": net.batch,
-            "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
-            "compile_cached_s": round(cached_s, 4), "vmfb_bytes": Path(c.path).stat().st_size}) from None
+        raise DeviceMissing(e.message, hint=e.hint, partial=compiled) from None
     load_s = time.perf_counter() - t0
     step, state = stepper(net, m)
     times = []
@@ -109,9 +109,7 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
         if s >= warmup:
             times.append(dt)
     res = {
-        "name": net.spec.name, "backend": backend, "batch": net.batch,
-        "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
-        "compile_cached_s": round(cached_s, 4), "load_s": round(load_s, 4),
+        **compiled, "load_s": round(load_s, 4),
         "step_ms_median": 1e3 * statistics.median(times),
         "step_ms_min": 1e3 * min(times), "step_ms_max": 1e3 * max(times),
         "step_ms_iqr": 1e3 * (np.percentile(times, 75) - np.percentile(times, 25)),
@@ -133,7 +131,6 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
                 ft.append(time.perf_counter() - t0)
         res["forward_ms_median"] = 1e3 * statistics.median(ft)
     res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    res["vmfb_bytes"] = Path(c.path).stat().st_size
     res["params"] = net.total_params
     res["forward_flops"] = net.total_flops
     return res

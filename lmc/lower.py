@@ -76,9 +76,9 @@ def _loc(net: TypedNet, layer: int) -> str:
 
 
 class _Emitter:
-    def __init__(self, net: TypedNet, backend: str = "llvm-cpu"):
+    def __init__(self, net: TypedNet):
         self.net = net
-        self.backend = backend
+        self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
         self.lines: list[str] = []
         self.n = 0
@@ -113,11 +113,10 @@ def _check_lowerable(net: TypedNet):
 
 def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> str:
     """Render the module.  functions: train_step | forward | all.  backend: llvm-cpu (default),
-    cuda or rocm; `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv
-    (_FORMS) for any backend."""
+    cuda or rocm — every backend gets the same module today; `LMC_CONV_FORM=direct` picks the
+    stablehlo.convolution spelling of conv (_FORMS) for any backend."""
     _check_lowerable(net)
-    _conv_form()
-    em = _Emitter(net, backend or "llvm-cpu")
+    em = _Emitter(net)
     bodies = []
     if functions in ("all", "train_step"):
         if net.spec.train is None:
@@ -149,8 +148,8 @@ def _conv_form() -> dict:
     return _FORMS[form]
 
 
-def _prim_for(node: Node, backend: str):
-    alt = _conv_form().get(node.prim.name)
+def _prim_for(node: Node, forms: dict):
+    alt = forms.get(node.prim.name)
     if alt:
         from .prims import make_prim
         return make_prim(alt, **node.prim.attrs)
@@ -158,7 +157,7 @@ def _prim_for(node: Node, backend: str):
 
 
 def _rendered(em: _Emitter, node: Node):
-    r = render_prim(_prim_for(node, em.backend), [v.type for v in node.inputs], [p.type for p in node.params],
+    r = render_prim(_prim_for(node, em.forms), [v.type for v in node.inputs], [p.type for p in node.params],
                     node.out.type)
     em.add_funcs(r.fwd, r.text)
     return r

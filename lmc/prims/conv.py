@@ -19,6 +19,12 @@ def _live(n: int, k: int, s: int, lo: int, out: int) -> tuple[int, int]:
     return (taps[0], taps[-1] + 1) if taps else (0, k)
 
 
+def _unreached(n: int, k: int, s: int, lo: int, hi: int) -> int:
+    """Rows (or cols) of the padded input that the last window does not reach: the stride
+    does not divide.  The backward pads them back (dx) or crops them (dw)."""
+    return (n + lo + hi - k) % s
+
+
 def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout) -> dict:
     """Types and slices of the kw-patches of an NCHW tensor [b, cin, h, wd] taken to HBWC and
     padded (lo, hi, interior) per spatial axis, for a kh×kw kernel at stride s, `g` groups."""
@@ -110,9 +116,7 @@ class Conv(Prim):
         _, _, oh, ow = out.dims
         s, g = self.stride, self.groups
         ph0, ph1, pw0, pw1 = self.pad
-        # rows/cols of the padded input the last window does not reach (the stride does not divide)
-        rh = (h + ph0 + ph1 - kh) % s
-        rw = (wd + pw0 + pw1 - kw) % s
+        rh, rw = _unreached(h, kh, s, ph0, ph1), _unreached(wd, kw, s, pw0, pw1)
         if self._depthwise(x, w):
             f = _nchw_taps(b, c, h, wd, kh, kw, s, (ph0, pw0), (ph1, pw1), 0)
             # dx = the forward sum's adjoint: taps of dy dilated by s, padded k−1−lo / k−1−hi+r

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..types import TensorType
 from . import primitive
-from .conv import Conv
+from .conv import Conv, _unreached
 
 
 def _t(*d):
@@ -33,9 +33,7 @@ class ConvDirect(Conv):
         _, _, oh, ow = out.dims
         s, g = self.stride, self.groups
         ph0, ph1, pw0, pw1 = self.pad
-        # rows of the padded input the last window never reaches (the stride does not divide)
-        rh = (h + ph0 + ph1 - kh) % s
-        rw = (wd + pw0 + pw1 - kw) % s
+        rh, rw = _unreached(h, kh, s, ph0, ph1), _unreached(wd, kw, s, pw0, pw1)
         ctx = {
             "s": s, "g": g,
             "pad": f"[[{ph0}, {ph1}], [{pw0}, {pw1}]]",
