@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from lmc.bench import _initial                  # noqa: E402
 from lmc.compile import compile_module          # noqa: E402
 from lmc.infer import infer                     # noqa: E402
-from lmc.lower import abi, hyperparams, lower   # noqa: E402
+from lmc.lower import abi, lower   # noqa: E402
 from lmc.runtime import Module                  # noqa: E402
 from lmc.spec import load_spec                  # noqa: E402
 
@@ -52,7 +52,7 @@ def main():
     ys = [rng.integers(0, a.logits.dims[-1], a.labels.dims).astype(np.int32) for _ in range(8)]
     state = [m.upload(v) for v in ps + opt + st]
     xd, yd = m.upload(x), m.upload(y)
-    hpd = m.upload(np.array(hyperparams(cfg, 1e-3, 1), np.float32))
+    hpd = m.upload(a.hp_vector(cfg, 1e-3, 1))
     f = m.train_step
     step = [0]
 
@@ -69,7 +69,7 @@ def main():
         for _ in range(n):
             step[0] += 1
             k = step[0] % len(xs)
-            hp = np.asarray(hyperparams(cfg, 1e-3, step[0]), np.float32)
+            hp = a.hp_vector(cfg, 1e-3, step[0])
             out = f(*state, xs[k], ys[k], hp)
             state = list(out[:n_state])
             pending.append(out[-2])
@@ -82,7 +82,7 @@ def main():
         nonlocal state
         for _ in range(n):
             step[0] += 1
-            hp = np.asarray(hyperparams(cfg, 1e-3, step[0]), np.float32)
+            hp = a.hp_vector(cfg, 1e-3, step[0])
             out = f(*state, xd, yd, hp)
             state = list(out[:n_state])
         out[-2].to_host()

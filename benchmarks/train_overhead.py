@@ -25,7 +25,7 @@ from rich.console import Console
 from lmc.compile import compile_module
 from lmc.infer import infer
 from lmc.init import init_tensors
-from lmc.lower import abi, hyperparams, lower
+from lmc.lower import abi, lower
 from lmc.runtime import Module
 from lmc.spec import load_spec
 from lmc.train import TrainOptions, Trainer, load_data
@@ -34,11 +34,11 @@ from lmc.train import TrainOptions, Trainer, load_data
 def bare(mod, net, a, x, y, steps: int, upload_batch: bool) -> float:
     params, state = init_tensors(net, 0)
     P = [mod.upload(p) for p in params]
-    O = [mod.upload(np.zeros(p.type.dims, np.float32)) for _ in a.opt_slots for p in net.params]
+    O = [mod.upload(v) for v in a.initial_opt()]
     S = [mod.upload(s) for s in state]
     xd, yd = (x, y) if upload_batch else (mod.upload(x), mod.upload(y))
     cfg = net.spec.train
-    hps = [np.asarray(hyperparams(cfg, cfg.learning_rate, s + 1), np.float32) for s in range(steps)]
+    hps = [a.hp_vector(cfg, cfg.learning_rate, s + 1) for s in range(steps)]
     nP, nO = len(P), len(O)
     out = mod.train_step(*P, *O, *S, xd, yd, hps[0])          # warm-up call
     P, O, S = out[:nP], out[nP:nP + nO], out[nP + nO:-2]

@@ -16,7 +16,7 @@ import numpy as np
 from .compile import compile_module, resolve_backend
 from .errors import TrainError
 from .infer import TypedNet
-from .lower import abi, hyperparams, lower
+from .lower import abi, lower
 from .runtime import Module
 
 
@@ -32,13 +32,10 @@ def _initial(net: TypedNet, rng):
     a = abi(net)
     ps = [(rng.standard_normal(p.type.dims) * (0.05 if p.type.rank > 1 else 0.0) +
            (1.0 if p.init == "ones" else 0.0)).astype(np.float32) for p in a.params]
-    opt = [np.zeros(p.type.dims, np.float32) for _ in a.opt_slots for p in a.params]
+    opt = a.initial_opt() + [p.copy() for p in ps[:len(a.ema)]]      # O then E (EMA starts at θ)
     st = [np.full(s.type.dims, 1.0 if s.init == "ones" else 0.0, np.float32) for s in a.state]
     x = rng.standard_normal(a.x.dims).astype(np.float32)
-    if a.labels.dtype == "i32":
-        y = rng.integers(0, a.logits.dims[-1], a.labels.dims).astype(np.int32)
-    else:
-        y = np.full(a.labels.dims, 1.0 / a.labels.dims[-1], np.float32)
+    y = a.loss.draw_labels(rng, a.labels, a.logits)
     return ps, opt, st, x, y
 
 
@@ -51,7 +48,11 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
     up = m.upload
     state = [up(a) for a in ps + opt + st]
     n_state = len(state)
-    hps = [up(np.array(hyperparams(net.spec.train, lr, s + 1), np.float32)) for s in range(64)]
+    a = abi(net)
+    if a.accum > 1:
+        raise TrainError("lmc bench times the fused @train_step; this recipe accumulates gradients "
+                         f"(grad_accum_steps {a.accum}): bench it with --set train.grad_accum_steps=1")
+    hps = [up(a.hp_vector(net.spec.train, lr, s + 1)) for s in range(64)]
     holder = {"args": state + [up(x), up(y), hps[0]], "t": 0}
 
     def step():

@@ -2,8 +2,13 @@
 
 lmc checkpoint = one .npz (no pickles) holding
   <param name>            every parameter, named as `lmc info --params` prints it, ABI order
-  opt.<slot>.<param name> optimizer state: opt.m.* and opt.v.* (adam), opt.momentum.* (sgd+momentum)
+  opt.<slot>.<param name> optimizer state: each optimizer's slots (opt.m.*, opt.v.* for adam,
+                          opt.momentum.* for sgd+momentum, …; lmc.lower.Abi.opt is the layout)
   <state name>            BN running statistics (…running_mean, …running_var)
+  <region>.<param name>   the averaged and accumulated weights the recipe keeps (REGIONS):
+                          ema.* (use_ema), swa.* and swa_sq.* (use_swa / use_swag),
+                          swag_dev.* ([K', *shape]: the last K' ≤ swag_k deviations θ − swa),
+                          grad_acc.* (grad_accum_steps > 1: the accumulators mid-cycle)
   __lmc__                 JSON metadata (a 0-d unicode array): format, net_hash, step, epoch,
                           batch (the data position of the next step), seed, shuffle, …
 written atomically: a temp file in the same directory, fsync, os.replace, fsync of the directory.
@@ -44,30 +49,39 @@ def opt_key(slot: str, name: str) -> str:
     return f"opt.{slot}.{name}"
 
 
+# per-parameter regions besides the live weights and the optimizer state
+REGIONS = ("ema", "swa", "swa_sq", "swag_dev", "grad_acc")
+IGNORED_PREFIXES = ("opt.",) + tuple(f"{r}." for r in REGIONS)
+
+
 @dataclass
 class Checkpoint:
     params: list[np.ndarray]
-    opt: list[np.ndarray]          # slot-major: all params' first slot, then the second (ABI order)
+    opt: list[np.ndarray]          # in Abi.opt order (slot-major)
     state: list[np.ndarray]
     meta: dict
+    regions: dict = None           # region → {param name: array} (REGIONS)
 
 
 # ------------------------------------------------------------------------------------ saving
 
-def save_checkpoint(path: Path, net, slots, params, opt, state, meta: dict) -> Path:
-    """Write an lmc checkpoint atomically (a crash leaves the previous file intact)."""
+def save_checkpoint(path: Path, net, opt_keys, params, opt, state, meta: dict, regions: dict | None = None) -> Path:
+    """Write an lmc checkpoint atomically (a crash leaves the previous file intact).
+    opt_keys: [(slot, param name)] in the order of `opt` (lmc.lower.Abi.opt_keys)."""
     path = Path(path)
     arrays: dict[str, np.ndarray] = {}
     for p, a in zip(net.params, params):
         arrays[p.name] = a
-    i = 0
-    for slot in slots:
-        for p in net.params:
-            arrays[opt_key(slot, p.name)] = opt[i]
-            i += 1
+    for (slot, name), a in zip(opt_keys, opt):
+        arrays[opt_key(slot, name)] = a
     for s, a in zip(net.state, state):
         arrays[s.name] = a
-    full = {"format": FORMAT, "version": VERSION, "net_hash": net_hash(net), "opt_slots": list(slots),
+    for region, tensors in (regions or {}).items():
+        assert region in REGIONS, region
+        for name, a in tensors.items():
+            arrays[f"{region}.{name}"] = a
+    full = {"format": FORMAT, "version": VERSION, "net_hash": net_hash(net), "opt": [list(k) for k in opt_keys],
+            "regions": sorted(regions or {}),
             "params": [p.name for p in net.params], "state": [s.name for s in net.state], **meta}
     arrays[META_KEY] = np.array(json.dumps(full, sort_keys=True))
     atomic_write(path, lambda f: np.savez(f, **arrays))
@@ -163,7 +177,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
 
 
 def check_layout(tensors: dict[str, np.ndarray], expected: list[tuple[str, tuple]], path,
-                 optional: set[str] = frozenset(), ignore_prefix: str = "opt.") -> None:
+                 optional: set[str] = frozenset(), ignore_prefix: tuple = IGNORED_PREFIXES) -> None:
     """Refuse a file whose tensors are not exactly `expected` (name → shape), naming the first
     tensor that differs: missing, shaped differently, or extra (a different net)."""
     for name, dims in expected:
@@ -189,8 +203,9 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def load_checkpoint(path: Path, net, slots) -> Checkpoint:
-    """A whole lmc checkpoint for --resume: params, optimizer state, BN state, position."""
+def load_checkpoint(path: Path, net, opt_keys, regions=()) -> Checkpoint:
+    """A whole lmc checkpoint for --resume: params, optimizer state (opt_keys: [(slot, param
+    name)], lmc.lower.Abi.opt_keys), BN state, the `regions` the recipe keeps, position."""
     tensors, meta = read_tensors(path)
     if meta is None:
         raise TrainError(f"{path} is not an lmc checkpoint (no {META_KEY} metadata)")
@@ -199,19 +214,29 @@ def load_checkpoint(path: Path, net, slots) -> Checkpoint:
     if meta.get("net_hash") != net_hash(net):      # names and shapes matched, so this is the order
         raise TrainError(f"{path} was saved from a net with the same tensors in another order "
                          f"(hash {meta.get('net_hash')} vs {net_hash(net)})")
-    if list(meta.get("opt_slots", [])) != list(slots):
-        raise TrainError(f"{path} holds optimizer state {meta.get('opt_slots') or 'none'} but the spec's "
-                         f"optimizer needs {list(slots) or 'none'}",
+    have = [tuple(k) for k in meta.get("opt", [])]
+    if have != [tuple(k) for k in opt_keys]:
+        slots = sorted({s for s, _ in have}) or "none"
+        want = sorted({s for s, _ in opt_keys}) or "none"
+        raise TrainError(f"{path} holds optimizer state {slots} for {len(have)} tensors but the spec's "
+                         f"optimizer needs {want} for {len(opt_keys)}",
                          hint="to change the optimizer, start a new run with --init CHECKPOINT")
     opt = []
-    for slot in slots:
-        for p in net.params:
-            k = opt_key(slot, p.name)
-            if k not in tensors or tensors[k].shape != p.type.dims:
-                raise TrainError(f"{path} does not match the spec: optimizer tensor '{k}' is missing or misshaped")
-            opt.append(_f32(tensors[k]))
+    for slot, name in opt_keys:
+        k = opt_key(slot, name)
+        dims = next(p.type.dims for p in net.params if p.name == name)
+        if k not in tensors or tensors[k].shape != dims:
+            raise TrainError(f"{path} does not match the spec: optimizer tensor '{k}' is missing or misshaped")
+        opt.append(_f32(tensors[k]))
+    got = {}
+    for region in regions:
+        if region not in meta.get("regions", []):
+            raise TrainError(f"{path} has no {region} weights, which this recipe keeps",
+                             hint="resume with the recipe the run was started with")
+        got[region] = {p.name: _f32(tensors[f"{region}.{p.name}"]) for p in net.params
+                       if f"{region}.{p.name}" in tensors}
     return Checkpoint([_f32(tensors[p.name]) for p in net.params], opt,
-                      [_f32(tensors[s.name]) for s in net.state], meta)
+                      [_f32(tensors[s.name]) for s in net.state], meta, got)
 
 
 @dataclass

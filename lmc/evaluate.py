@@ -42,6 +42,7 @@ class EvalResult:
     n: int
     top1: int
     top5: int | None = None      # None when the head has ≤ 5 classes
+    region: str = "live"         # which weights were scored: live, ema, swa, swag
 
     def as_dict(self) -> dict:
         out = {"n": self.n, "top1": self.top1 / self.n if self.n else None}
@@ -62,14 +63,51 @@ class EvalResult:
         return s
 
 
+def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
+    res.n += len(y)
+    res.top1 += count_correct(logits, y, 1)
+    if res.top5 is not None:
+        res.top5 += count_correct(logits, y, 5)
+
+
 def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int) -> EvalResult:
     """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays."""
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
     for xb, yb, n in eval_batches(x, y, batch):
         logits = np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
-        yv = yb[:n]
-        res.n += n
-        res.top1 += count_correct(logits, yv, 1)
-        if res.top5 is not None:
-            res.top5 += count_correct(logits, yv, 5)
+        _score(res, logits, yb[:n])
+    return res
+
+
+def swag_sample(mean, sq, devs, rng) -> list[np.ndarray]:
+    """One SWAG weight vector (Maddox et al. 2019; optimizers.md §8):
+    θ = swa + (1/√2)·√max(E[θ²] − swa², 0) ⊙ z₁ + (1/√(2(K−1)))·Σ_k D_k·z₂,k,  z ~ N(0, I),
+    D_k the last K deviations θ_k − swa; with K < 2 the low-rank term is left out (its scale
+    1/√(K−1) is undefined), leaving the diagonal Gaussian."""
+    k = len(devs)
+    z2 = rng.standard_normal(k) if k >= 2 else None
+    out = []
+    for i, (m, q) in enumerate(zip(mean, sq)):
+        var = np.maximum(q.astype(np.float64) - m.astype(np.float64) ** 2, 0.0)
+        theta = m + np.sqrt(var) * rng.standard_normal(m.shape) / np.sqrt(2.0)
+        if z2 is not None:
+            low = sum(z2[j] * devs[j][i].astype(np.float64) for j in range(k))
+            theta = theta + low / np.sqrt(2.0 * (k - 1))
+        out.append(theta.astype(np.float32))
+    return out
+
+
+def evaluate_swag(module, mean, sq, devs, state, samples: int, seed: int, x, y, batch: int,
+                  num_classes: int) -> EvalResult:
+    """SWAG's Bayesian model average: `samples` weight vectors drawn by swag_sample (seeded),
+    each scored on every batch; the logits are averaged over the samples, then scored."""
+    rng = np.random.default_rng([seed, 0x5A6])
+    total = None
+    for _ in range(samples):
+        P = [module.upload(a) for a in swag_sample(mean, sq, devs, rng)]
+        logits = np.concatenate([np.asarray(module.forward(*P, *state, np.ascontiguousarray(xb, np.float32)))[:n]
+                                 for xb, _, n in eval_batches(x, y, batch)])
+        total = logits.astype(np.float64) if total is None else total + logits
+    res = EvalResult(0, 0, 0 if num_classes > 5 else None, region="swag")
+    _score(res, total / samples, np.asarray(y))
     return res

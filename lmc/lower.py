@@ -1,70 +1,160 @@
 """TypedNet → StableHLO module text: `@train_step` (forward, loss, backward derived by walking
-the primitive graph in reverse, optimizer update, BN running statistics) and `@forward` (eval).
+the primitive graph in reverse, optimizer update, running statistics) and `@forward` (eval);
+with grad_accum_steps k > 1, `@grad_step` and `@apply_step` instead of `@train_step`; with
+use_swa, `@average`.
 
-ABI (see README "Module ABI"); P = params in `lmc info --params` order, S = BN state:
-  @train_step(P..., opt_state..., S..., x, labels, hp: tensor<8xf32>)
-      -> (P'..., opt_state'..., S'..., loss: tensor<f32>, correct: tensor<f32>)
+ABI (README "Module ABI"; `abi()` is its one definition, used by lower, train, checkpoints,
+bench and the tests).  P = params in `lmc info --params` order, O = optimizer state (slot-major:
+for each slot, the params that have it, in P order), E = EMA weights (use_ema; P's types),
+S = running state, G = gradient accumulators (P's types), hp = the runtime hyperparameters:
+  @train_step(P..., O..., E..., S..., x, labels, hp) -> (P'..., O'..., E'..., S'..., loss, correct)
+  @grad_step(P..., S..., G..., x, labels, hp)       -> (G + g..., S'..., loss, correct)
+  @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
+  @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
-opt_state: none (sgd), one `momentum` buffer per param (sgd with momentum > 0), or all Adam
-`m` then all `v` (adam).  hp = [lr, weight_decay, momentum|beta1, beta2, eps, t, bn_momentum,
-label_smoothing]: everything a schedule may change is a runtime value, never baked in."""
+The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
+read; everything a schedule may change is a runtime value, never baked into the text."""
 from __future__ import annotations
 
 import os
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .config import effective_loss, effective_optimizer
-from .errors import NotImplementedKind
-from .fields import OptimizerKind
+import numpy as np
+
+from .config import effective_loss
+from .errors import NotImplementedKind, SpecError
 from .graph import Node
 from .infer import TypedNet
+from .losses import Loss, make_loss
+from .optim import GLOBAL_HP, Optimizer, assign
 from .render import render_prim, render_template, sig
-from .types import TensorType, f32, i32
+from .types import TensorType
 
-HP = ("lr", "weight_decay", "beta1", "beta2", "eps", "t", "bn_momentum", "label_smoothing")
 SCALAR = "tensor<f32>"
+# the hp entries every train step reads, first in the vector
+CORE_HP = ("lr", "weight_decay", "t", "bn_momentum")
 
 
 @dataclass(frozen=True)
 class Abi:
-    """One definition of the argument/result layout, used by lower, runtime and checkpoints."""
+    """One definition of the argument/result layout, used by lower, runtime, checkpoints, tests."""
     params: list
-    opt_slots: tuple[str, ...]      # () | ("momentum",) | ("m", "v")
+    opt: list                       # [(slot, Param)], slot-major
+    ema: list                       # the params with an EMA copy (all of them under use_ema, else none)
     state: list
     x: TensorType
     labels: TensorType
     logits: TensorType
+    hp: tuple[str, ...] = ()
+    loss: Loss | None = None
+    optimizers: dict = field(default_factory=dict)     # param name → Optimizer
+    head: frozenset = frozenset()   # params whose lr is lr·head_lr_mult
+    accum: int = 1                  # grad_accum_steps
+
+    @property
+    def opt_keys(self) -> list[tuple[str, str]]:
+        return [(slot, p.name) for slot, p in self.opt]
+
+    def initial_opt(self) -> list[np.ndarray]:
+        """Fresh optimizer state, each slot at its optimizer's start value."""
+        return [np.full(p.type.dims, self.optimizers[p.name].slot_init(slot), np.float32) for slot, p in self.opt]
+
+    def hp_vector(self, cfg, lr: float, step: int) -> np.ndarray:
+        return np.asarray(hyperparams(self, cfg, lr, step), np.float32)
 
 
-def optimizer_slots(net: TypedNet) -> tuple[str, ...]:
-    cfg = net.spec.train
-    opt = effective_optimizer(cfg)
-    if cfg.use_muon or cfg.use_shampoo:     # the seed's IREE path reads these; refuse, don't ignore
-        raise NotImplementedKind("not implemented yet: use_muon / use_shampoo (lowered: sgd, sgd+momentum, adam/adamw)")
-    if opt == OptimizerKind.adam:
-        return ("m", "v")
-    if opt == OptimizerKind.sgd:
-        return ("momentum",) if cfg.momentum > 0 else ()
-    raise NotImplementedKind(f"not implemented yet: optimizer {opt.value} (lowered: sgd, sgd+momentum, adam/adamw)")
+def _opt_layout(net, optimizers: dict) -> list:
+    slots: list[str] = []
+    for p in net.params:
+        for s in optimizers[p.name].slots:
+            if s not in slots:
+                slots.append(s)
+    return [(s, p) for s in slots for p in net.params if s in optimizers[p.name].slots]
+
+
+def _unique(optimizers: dict) -> list[Optimizer]:
+    out = []
+    for o in optimizers.values():
+        if all(o is not q for q in out):
+            out.append(o)
+    return out
+
+
+def head_params(net) -> frozenset:
+    """The final dense head's tensors (head_lr_mult): the params of the last layer that has
+    any, which must be a dense layer."""
+    with_params = [l for l in net.layers if l.params]
+    last = with_params[-1] if with_params else None
+    if last is None or last.kind != "dense":
+        what = f"layer {last.index} ({last.kind})" if last else "no layer"
+        raise SpecError(f"head_lr_mult scales the lr of the final dense head, but the last layer with "
+                        f"parameters is {what}", net.spec.loc("train", "head_lr_mult"))
+    return frozenset(p.name for p in last.params)
 
 
 def abi(net: TypedNet) -> Abi:
-    loss = effective_loss(net.spec.train, net.spec.dataset) if net.spec.train else None
+    cfg = net.spec.train
     out = net.output.type
-    if loss is not None and loss.kind == "soft_label_ce":
-        labels = out
-    else:
-        labels = i32(net.batch)
-    slots = optimizer_slots(net) if net.spec.train else ()
-    return Abi(net.params, slots, net.state, net.input, labels, out)
+    if cfg is None:
+        return Abi(net.params, [], [], net.state, net.input, out, out)
+    kind = effective_loss(cfg, net.spec.dataset)
+    try:
+        loss = make_loss(kind)
+    except NotImplementedKind as e:
+        raise e.located(net.spec.loc("train", "loss_kind"))
+    why = loss.check_output(out)
+    if why:
+        raise SpecError(why, net.spec.loc("train", "loss_kind"), hint=loss.rank_hint)
+    where = "optimizer" if cfg.optimizer.value != "sgd" else next(
+        (f for f in ("use_shampoo", "use_muon", "use_adam") if getattr(cfg, f)), "optimizer")
+    try:
+        optimizers = assign(net)
+    except (NotImplementedKind, SpecError) as e:
+        raise e.located(net.spec.loc("train", where))
+    head = head_params(net) if cfg.head_lr_mult != 1.0 else frozenset()
+    hp = list(CORE_HP) + [h for h in loss.hp if h not in CORE_HP]
+    for o in _unique(optimizers):
+        hp += [f"{o.name}.{h}" for h in o.hp if h not in GLOBAL_HP]
+    if cfg.grad_clip_norm > 0:
+        hp.append("grad_clip_norm")
+    if head:
+        hp.append("head_lr_mult")
+    if cfg.use_ema:
+        hp.append("ema_decay")
+    k = max(cfg.grad_accum_steps, 1)
+    if k > 1:
+        hp.append("grad_scale")
+    return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
+               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k)
 
 
-def hyperparams(cfg, lr: float, step: int) -> list[float]:
-    """The hp vector for one step (t is 1-based)."""
-    opt = effective_optimizer(cfg)
-    beta1 = 0.9 if opt == OptimizerKind.adam else cfg.momentum
-    return [lr, cfg.weight_decay, beta1, 0.999, 1e-8, float(step), cfg.bn_momentum, cfg.label_smoothing]
+def ema_decay(cfg, step: int) -> float:
+    """The EMA weight on the old average at 1-based step `step`: ema_decay, warmed up as
+    min(decay, (1 + t)/(10 + t)) with t = step − 1 (TF's ExponentialMovingAverage num_updates,
+    the verified driver's rule: a constant 0.9999 would still hold the init weights after a
+    short run)."""
+    t = step - 1
+    return min(cfg.ema_decay, (1.0 + t) / (10.0 + t))
+
+
+def hyperparams(a: Abi, cfg, lr: float, step: int) -> list[float]:
+    """The hp vector for optimizer step `step` (1-based), in `a.hp` order.  With k-step
+    accumulation, bn_momentum is compensated to bn_momentum^(1/k): the running statistics see
+    k micro-batches per optimizer step, and k updates of m^(1/k) weigh the old estimate as one
+    update of m would."""
+    vals = {"lr": lr, "weight_decay": cfg.weight_decay, "t": float(step),
+            "bn_momentum": cfg.bn_momentum ** (1.0 / a.accum), "grad_clip_norm": cfg.grad_clip_norm,
+            "head_lr_mult": cfg.head_lr_mult, "ema_decay": ema_decay(cfg, step), "grad_scale": 1.0 / a.accum}
+    if a.loss is not None:
+        vals.update(a.loss.hp_values(cfg))
+    for o in _unique(a.optimizers):
+        vals.update({f"{o.name}.{h}": v for h, v in o.hp_values().items()})
+    return [float(vals[h]) for h in a.hp]
+
+
+def hp_ssa(name: str) -> str:
+    return "%hp_" + name.replace(".", "_")
 
 
 def _loc(net: TypedNet, layer: int) -> str:
@@ -112,17 +202,23 @@ def _check_lowerable(net: TypedNet):
 
 
 def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> str:
-    """Render the module.  functions: train_step | forward | all.  backend: llvm-cpu (default),
-    cuda or rocm — every backend gets the same module today; `LMC_CONV_FORM=direct` picks the
-    stablehlo.convolution spelling of conv (_FORMS) for any backend."""
+    """Render the module.  functions: train_step (the training functions: @train_step, or
+    @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
+    backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
+    `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS)."""
     _check_lowerable(net)
     em = _Emitter(net)
     bodies = []
     if functions in ("all", "train_step"):
         if net.spec.train is None:
-            from .errors import SpecError
             raise SpecError("rendering @train_step needs a `train:` recipe in the spec", net.spec.layers[0].loc)
-        bodies.append(_train_step(net, em))
+        a = abi(net)
+        if a.accum == 1:
+            bodies.append(_train_step(net, em, a))
+        else:
+            bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
+        if net.spec.train.use_swa:
+            bodies.append(_average(net, em, a))
     if functions in ("all", "forward"):
         bodies.append(_forward(net, em))
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit", "module @model {"]
@@ -187,48 +283,79 @@ def _forward(net: TypedNet, em: _Emitter) -> str:
             f"    return {val[out.id]} : {out.type.mlir}\n  }}")
 
 
-def _train_step(net: TypedNet, em: _Emitter) -> str:
-    em.lines = []
-    cfg = net.spec.train
+class _Names:
+    """SSA names of the ABI groups in one function."""
+
+    def __init__(self, net, a: Abi):
+        self.p = {p.name: f"%p{i}" for i, p in enumerate(a.params)}
+        self.o = {(slot, p.name): f"%o{j}" for j, (slot, p) in enumerate(a.opt)}
+        self.e = {p.name: f"%e{i}" for i, p in enumerate(a.ema)}
+        self.s = {s.name: f"%s{i}" for i, s in enumerate(a.state)}
+        self.g = {p.name: f"%g{i}" for i, p in enumerate(a.params)}
+
+    def args(self, a: Abi, groups: str) -> list[str]:
+        """Arguments for the groups in order: P, O, E, S, G."""
+        out = []
+        for grp in groups:
+            if grp == "P":
+                out += [f"{self.p[p.name]}: {p.type.mlir}" for p in a.params]
+            elif grp == "O":
+                out += [f"{self.o[(slot, p.name)]}: {p.type.mlir}" for slot, p in a.opt]
+            elif grp == "E":
+                out += [f"{self.e[p.name]}: {p.type.mlir}" for p in a.ema]
+            elif grp == "S":
+                out += [f"{self.s[s.name]}: {s.type.mlir}" for s in a.state]
+            elif grp == "G":
+                out += [f"{self.g[p.name]}: {p.type.mlir}" for p in a.params]
+        return out
+
+
+def _hp_arg(em: _Emitter, a: Abi) -> str:
+    """The hp vector argument; its entries sliced into named scalars (hp_ssa)."""
+    n = len(a.hp)
+    for i, h in enumerate(a.hp):
+        v = hp_ssa(h)
+        em.lines.append(f"    {v}_1 = stablehlo.slice %hp [{i}:{i + 1}] : (tensor<{n}xf32>) -> tensor<1xf32>")
+        em.lines.append(f"    {v} = stablehlo.reshape {v}_1 : (tensor<1xf32>) -> tensor<f32>")
+    return f"%hp: tensor<{n}xf32>"
+
+
+def _func(name: str, args: list[str], em: _Emitter, rets: list[tuple[str, str]]) -> str:
+    body = "\n".join(em.lines)
+    return (f"  func.func @{name}({', '.join(args)}) -> ({', '.join(t for _, t in rets)}) {{\n{body}\n"
+            f"    return {', '.join(v for v, _ in rets)} : {', '.join(t for _, t in rets)}\n  }}")
+
+
+def _template(em: _Emitter, path: str, kind: str, ctx: dict, what: str) -> str:
+    """Render a (non-primitive) template once per context; returns its symbol."""
+    ctx = dict(ctx)
+    sym = f"{kind}_{sig(kind, ctx)}"
+    ctx["name"] = sym
+    em.add_funcs(sym, render_template(path, ctx, what))
+    return sym
+
+
+def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names):
+    """Forward, loss, reverse walk and running statistics.  Returns (grads: param name → SSA,
+    new state: state name → SSA, (loss, correct))."""
     g = net.graph
-    a = abi(net)
-    pname = {p.name: f"%p{i}" for i, p in enumerate(g.params)}
-    oname = {(slot, p.name): f"%o{j}_{i}" for j, slot in enumerate(a.opt_slots) for i, p in enumerate(g.params)}
-    sname = {s.name: f"%s{i}" for i, s in enumerate(g.state)}
-    args = [f"{pname[p.name]}: {p.type.mlir}" for p in g.params]
-    args += [f"{oname[(slot, p.name)]}: {p.type.mlir}" for slot in a.opt_slots for p in g.params]
-    args += [f"{sname[s.name]}: {s.type.mlir}" for s in g.state]
-    args += [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", f"%hp: tensor<{len(HP)}xf32>"]
-    # scalars out of the hp vector
-    for i, h in enumerate(HP):
-        em.lines.append(f"    %hp_{h}_1 = stablehlo.slice %hp [{i}:{i + 1}] : (tensor<{len(HP)}xf32>) -> tensor<1xf32>")
-        em.lines.append(f"    %{h} = stablehlo.reshape %hp_{h}_1 : (tensor<1xf32>) -> tensor<f32>")
-    # forward
     val = {g.x.id: "%x"}
     saved, stats = {}, {}
     for node in g.nodes:
         r = _rendered(em, node)
-        ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(pname[p.name], p.type.mlir) for p in node.params]
+        ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(N.p[p.name], p.type.mlir) for p in node.params]
         outs = [node.out.type.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
         res = em.call(r.fwd, ins, outs, _loc(net, node.layer))
         val[node.out.id] = res[0]
         saved[id(node)] = list(zip(res[1:1 + len(r.saved)], r.saved))
         stats[id(node)] = list(zip(res[1 + len(r.saved):], r.stats))
-    # loss: (logits, labels, label_smoothing) -> (loss, dlogits, correct)
-    loss = effective_loss(cfg, net.spec.dataset)
-    if loss.kind not in ("class_ce", "soft_label_ce"):
-        raise NotImplementedKind(f"not implemented yet: loss {loss} (lowered: class_ce, soft_label_ce)")
-    if cfg.use_focal:
-        raise NotImplementedKind("not implemented yet: use_focal")
-    lctx = {"logits": a.logits.mlir, "labels": a.labels.mlir, "b": a.logits.dims[0], "nc": a.logits.dims[1],
-            "inv_b": f"{1.0 / a.logits.dims[0]:.9e}", "row": f32(a.logits.dims[0]).mlir,
-            "mask": TensorType(a.logits.dims, "i1").mlir, "row_mask": TensorType((a.logits.dims[0],), "i1").mlir}
-    lsym = f"{loss.kind}_{sig(loss.kind, lctx)}"
-    lctx["name"] = lsym
-    em.add_funcs(lsym, render_template(f"losses/{loss.kind}.mlir.j2", lctx, f"loss {loss.kind}"))
+    # loss: (logits, labels, hp...) -> (loss, dlogits, correct)
+    loss = a.loss
+    lctx = {"logits": a.logits.mlir, "labels": a.labels.mlir, **loss.context(a.logits, a.labels)}
+    lsym = _template(em, f"losses/{loss.name}.mlir.j2", loss.name, lctx, f"loss {loss.name}")
     out = net.output
-    lres = em.call(lsym, [(val[out.id], out.type.mlir), ("%labels", a.labels.mlir), ("%label_smoothing", SCALAR)],
-                   [SCALAR, out.type.mlir, SCALAR])
+    lres = em.call(lsym, [(val[out.id], out.type.mlir), ("%labels", a.labels.mlir)] +
+                   [(hp_ssa(h), SCALAR) for h in loss.hp], [SCALAR, out.type.mlir, SCALAR])
     # backward: reverse walk, summing cotangents where a value fans out
     cot: dict[int, list[str]] = {out.id: [lres[1]]}
     grads: dict[str, list[str]] = {}
@@ -238,7 +365,7 @@ def _train_step(net: TypedNet, em: _Emitter) -> str:
         dy = _sum(em, cot.pop(node.out.id), node.out.type.mlir)
         r = _rendered(em, node)
         args_b = [(dy, node.out.type.mlir)] + [(s, t.mlir) for s, t in saved[id(node)]] + \
-                 [(pname[p.name], p.type.mlir) for p in node.params]
+                 [(N.p[p.name], p.type.mlir) for p in node.params]
         outs = [v.type.mlir for v in node.inputs] + [p.type.mlir for p in node.params]
         res = em.call(r.bwd, args_b, outs, _loc(net, node.layer))
         for v, d in zip(node.inputs, res):
@@ -246,40 +373,130 @@ def _train_step(net: TypedNet, em: _Emitter) -> str:
                 cot.setdefault(v.id, []).append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
-    # optimizer
-    opt = effective_optimizer(cfg)
-    new_p, new_o = {}, {}
-    for p in g.params:
-        gsum = _sum(em, grads[p.name], p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir)
-        decay = not (cfg.wd_exclude_norm_bias and p.type.rank < 2)
-        kind = "adam" if opt == OptimizerKind.adam else ("momentum" if a.opt_slots else "sgd")
-        octx = {"p": p.type.mlir, "decay": decay}
-        osym = f"{kind}_{sig(kind, octx)}"
-        octx["name"] = osym
-        em.add_funcs(osym, render_template(f"optim/{kind}.mlir.j2", octx, f"optimizer {kind}"))
-        st = [(oname[(slot, p.name)], p.type.mlir) for slot in a.opt_slots]
-        hp = [(f"%{h}", SCALAR) for h in ("lr", "weight_decay", "beta1", "beta2", "eps", "t")]
-        res = em.call(osym, [(pname[p.name], p.type.mlir), (gsum, p.type.mlir)] + st + hp,
-                      [p.type.mlir] * (1 + len(a.opt_slots)))
-        new_p[p.name] = res[0]
-        for slot, rr in zip(a.opt_slots, res[1:]):
-            new_o[(slot, p.name)] = rr
-    # BN running statistics: running = m·running + (1 − m)·batch (m = bn_momentum, weight on OLD)
+    gsum = {p.name: (_sum(em, grads[p.name], p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
+            for p in a.params}
+    # running statistics: running = m·running + (1 − m)·batch (m = bn_momentum, weight on OLD)
     new_s = {}
     for node in g.nodes:
         for s, (b, t) in zip(node.state, stats.get(id(node), [])):
-            ctx = {"c": t.mlir}
-            esym = f"ema_{sig('ema', ctx)}"
-            ctx["name"] = esym
-            em.add_funcs(esym, render_template("optim/ema.mlir.j2", ctx, "running statistics"))
-            new_s[s.name] = em.call(esym, [(sname[s.name], t.mlir), (b, t.mlir), ("%bn_momentum", SCALAR)], [t.mlir])[0]
-    rets = [(new_p[p.name], p.type.mlir) for p in g.params]
-    rets += [(new_o[(slot, p.name)], p.type.mlir) for slot in a.opt_slots for p in g.params]
-    rets += [(new_s.get(s.name, sname[s.name]), s.type.mlir) for s in g.state]
-    rets += [(lres[0], SCALAR), (lres[2], SCALAR)]
-    body = "\n".join(em.lines)
-    return (f"  func.func @train_step({', '.join(args)}) -> ({', '.join(t for _, t in rets)}) {{\n{body}\n"
-            f"    return {', '.join(v for v, _ in rets)} : {', '.join(t for _, t in rets)}\n  }}")
+            esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": t.mlir}, "running statistics")
+            new_s[s.name] = em.call(esym, [(N.s[s.name], t.mlir), (b, t.mlir), (hp_ssa("bn_momentum"), SCALAR)],
+                                    [t.mlir])[0]
+    return gsum, new_s, (lres[0], lres[2])
+
+
+def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
+    """Clip, then each tensor's optimizer update, then the EMA of the new weights.
+    Returns (new params, new optimizer state, new EMA), each keyed like N."""
+    cfg = net.spec.train
+    if cfg.grad_clip_norm > 0:
+        # global L2 norm over every gradient (optimizers.md §3.5, the full set as the JAX reference)
+        types = [p.type.mlir for p in a.params]
+        csym = _template(em, "optim/grad_clip.mlir.j2", "grad_clip", {"types": types, "axes": [", ".join(str(d) for d in range(p.type.rank)) for p in a.params]},
+                         "grad_clip_norm")
+        res = em.call(csym, [(grads[p.name], p.type.mlir) for p in a.params] +
+                      [(hp_ssa("grad_clip_norm"), SCALAR)], types)
+        grads = {p.name: r for p, r in zip(a.params, res)}
+    lr_head = None
+    if a.head:
+        lr_head = em.fresh("lr_head")
+        em.lines.append(f"    {lr_head} = stablehlo.multiply {hp_ssa('lr')}, {hp_ssa('head_lr_mult')} : tensor<f32>")
+    new_p, new_o = {}, {}
+    for p in a.params:
+        o = a.optimizers[p.name]
+        decay = not (cfg.wd_exclude_norm_bias and p.type.rank < 2)
+        octx = {"p": p.type.mlir, "decay": decay, **o.context(p)}
+        osym = _template(em, f"optim/{o.name}.mlir.j2", o.name, octx, f"optimizer {o.name}")
+        st = [(N.o[(slot, p.name)], p.type.mlir) for slot in o.slots]
+        lr = lr_head if p.name in a.head else hp_ssa("lr")
+        hp = [(lr, SCALAR), (hp_ssa("weight_decay"), SCALAR)] + \
+             [(hp_ssa(h if h in GLOBAL_HP else f"{o.name}.{h}"), SCALAR) for h in o.hp]
+        res = em.call(osym, [(N.p[p.name], p.type.mlir), (grads[p.name], p.type.mlir)] + st + hp,
+                      [p.type.mlir] * (1 + len(o.slots)))
+        new_p[p.name] = res[0]
+        for slot, rr in zip(o.slots, res[1:]):
+            new_o[(slot, p.name)] = rr
+    new_e = {}
+    for p in a.ema:
+        esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": p.type.mlir}, "use_ema")
+        new_e[p.name] = em.call(esym, [(N.e[p.name], p.type.mlir), (new_p[p.name], p.type.mlir),
+                                       (hp_ssa("ema_decay"), SCALAR)], [p.type.mlir])[0]
+    return new_p, new_o, new_e
+
+
+def _rets_poe(a: Abi, new_p, new_o, new_e) -> list[tuple[str, str]]:
+    rets = [(new_p[p.name], p.type.mlir) for p in a.params]
+    rets += [(new_o[(slot, p.name)], p.type.mlir) for slot, p in a.opt]
+    rets += [(new_e[p.name], p.type.mlir) for p in a.ema]
+    return rets
+
+
+def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "POES") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    grads, new_s, (loss, correct) = _grads(net, em, a, N)
+    new_p, new_o, new_e = _update(net, em, a, N, grads)
+    rets = _rets_poe(a, new_p, new_o, new_e)
+    rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
+    rets += [(loss, SCALAR), (correct, SCALAR)]
+    return _func("train_step", args, em, rets)
+
+
+def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """One micro-batch: forward + backward, the gradient added into the accumulators G."""
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    grads, new_s, (loss, correct) = _grads(net, em, a, N)
+    rets = []
+    for p in a.params:
+        acc = em.fresh("acc")
+        em.lines.append(f"    {acc} = stablehlo.add {N.g[p.name]}, {grads[p.name]} : {p.type.mlir}")
+        rets.append((acc, p.type.mlir))
+    rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
+    rets += [(loss, SCALAR), (correct, SCALAR)]
+    return _func("grad_step", args, em, rets)
+
+
+def _apply_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """The optimizer update from the accumulated gradients (scaled by grad_scale = 1/k: the
+    mean over the k micro-batches), and the accumulators zeroed for the next cycle."""
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "POEG") + [_hp_arg(em, a)]
+    grads = {}
+    for p in a.params:
+        t = p.type.mlir
+        sb, gs = em.fresh("scale"), em.fresh("gmean")
+        em.lines.append(f"    {sb} = stablehlo.broadcast_in_dim {hp_ssa('grad_scale')}, dims = [] : (tensor<f32>) -> {t}")
+        em.lines.append(f"    {gs} = stablehlo.multiply {N.g[p.name]}, {sb} : {t}")
+        grads[p.name] = gs
+    new_p, new_o, new_e = _update(net, em, a, N, grads)
+    rets = _rets_poe(a, new_p, new_o, new_e) + [(_zeros(em, p.type.mlir), p.type.mlir) for p in a.params]
+    return _func("apply_step", args, em, rets)
+
+
+def _average(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """SWA's running mean A (and SWAG's running mean of squares Q): X ← X + w·(value − X)."""
+    em.lines = []
+    swag = net.spec.train.use_swag
+    ps = a.params
+    args = [f"%a{i}: {p.type.mlir}" for i, p in enumerate(ps)]
+    if swag:
+        args += [f"%q{i}: {p.type.mlir}" for i, p in enumerate(ps)]
+    args += [f"%p{i}: {p.type.mlir}" for i, p in enumerate(ps)] + ["%w: tensor<f32>"]
+    rets_a, rets_q = [], []
+    for i, p in enumerate(ps):
+        t = p.type.mlir
+        sym = _template(em, "optim/average.mlir.j2", "average", {"p": t, "sq": swag}, "use_swa")
+        if swag:
+            r = em.call(sym, [(f"%a{i}", t), (f"%q{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t, t])
+            rets_a.append((r[0], t))
+            rets_q.append((r[1], t))
+        else:
+            rets_a.append((em.call(sym, [(f"%a{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t])[0], t))
+    return _func("average", args, em, rets_a + rets_q)
 
 
 def _sum(em: _Emitter, vals: list[str], t: str) -> str:

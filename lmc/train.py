@@ -29,11 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash, save_checkpoint
-from .config import TRAIN_FIELDS, effective_loss, effective_optimizer
+from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, TrainError
 from .evaluate import EvalResult, evaluate
 from .init import init_tensors
-from .lower import hyperparams
 from .schedule import learning_rate, schedule_name
 
 CHECKPOINT = "last.npz"
@@ -41,12 +40,11 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("use_muon", "use_shampoo", "use_focal", "use_diou_box", "anchors", "fpn_scales",
+_UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "use_mixup", "use_cutmix",
                 "use_knn_mixup", "use_rand_augment", "use_auto_augment", "repeated_aug", "train_res",
-                "test_crop_ratio", "drop_path", "grad_accum_steps", "use_ema", "use_swa", "use_swag",
-                "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout",
-                "grad_clip_norm", "head_lr_mult", "fpn_affine_scale", "fpn_affine_translate",
+                "test_crop_ratio", "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init",
+                "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
                 "fpn_affine_prob")
 
 
@@ -89,9 +87,6 @@ def check_recipe(cfg) -> None:
     if on:
         raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
                          hint="remove these fields from the recipe (or set them to their defaults)")
-    if effective_loss(cfg).kind != "class_ce":
-        raise TrainError(f"not implemented yet in lmc train: loss {effective_loss(cfg)} (the data pipeline "
-                         f"produces integer class labels: class_ce)")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
         raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
 
@@ -198,12 +193,19 @@ class Trainer:
         if opts.resume:
             if not self.ckpt_path.exists():
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
-            self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_slots)
+            self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
         self.ds = load_data(net, opts.data, cfg.seed)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing)
-        self.bpe = self.batcher.steps_per_epoch
+        k = self.abi.accum
+        # with k-step accumulation an epoch is whole cycles of k micro-batches (the remainder
+        # is dropped like the batch remainder: one optimizer batch is k·batch_size examples)
+        self.bpe = self.batcher.steps_per_epoch // k * k
+        if self.bpe == 0:
+            raise TrainError(f"grad_accum_steps {k} × batch_size {net.batch} = {k * net.batch} examples per "
+                             f"optimizer step, but the training split has {len(self.ds.x_train):,}",
+                             hint="lower train.grad_accum_steps or train.batch_size")
         self.total = cfg.epochs * self.bpe
         self.stop_at = min(self.total, opts.steps) if opts.steps else self.total
         if self.resumed is not None:
@@ -217,7 +219,7 @@ class Trainer:
                 if m.get(key) != now:
                     self.warn(f"the checkpoint used {key}={m.get(key)}, this run {key}={now}: "
                              f"the resumed run will not repeat the uninterrupted one")
-        opt = effective_optimizer(cfg).value
+        opt = "+".join(sorted({o.name for o in self.abi.optimizers.values()}))
         if cfg.warmup_epochs and schedule_name(cfg) == "constant":
             self.warn("warmup_epochs is ignored with a constant lr (as the reference); "
                      "set cosine_decay or exp_lr_decay_rate")
@@ -245,7 +247,7 @@ class Trainer:
                 elif net.state:
                     self.log(f"note: {opts.init} has no BN statistics; they start at mean 0, variance 1")
                 self.log(f"initialized from {opts.init}: {got.what}")
-            opt_state = [np.zeros(p.type.dims, np.float32) for _ in self.abi.opt_slots for p in net.params]
+            opt_state = self.abi.initial_opt()
             self.step, self.epoch, self.batch = 0, 0, 0
         t0 = time.time()
         c = compile_module(lower(net, backend=self.backend), None, self.backend, opts.chip)
@@ -255,6 +257,7 @@ class Trainer:
         self.P = [up(a) for a in params]
         self.O = [up(a) for a in opt_state]
         self.S = [up(a) for a in state]
+        self._setup_regions(params)
         self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None)
         if self.resumed is None:
             self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
@@ -265,6 +268,77 @@ class Trainer:
                                n_val=len(self.ds.x_val), backend=self.backend)
         else:
             self.metrics.write(kind="resume", time=_now(), step=self.step, epoch=self.epoch + 1, batch=self.batch)
+
+    # ------------------------------------------------------------------ averaged / accumulated weights
+    def regions(self) -> list[str]:
+        """The per-parameter regions this recipe keeps next to the live weights (checkpoint.REGIONS)."""
+        cfg = self.cfg
+        out = []
+        if cfg.use_ema:
+            out.append("ema")
+        if cfg.use_swa:
+            out.append("swa")
+        if cfg.use_swag:
+            out += ["swa_sq", "swag_dev"]
+        if self.abi.accum > 1:
+            out.append("grad_acc")
+        return out
+
+    def _setup_regions(self, params):
+        """Device arrays of the regions: EMA starts at θ₀, SWA/SWAG means at 0 with no snapshot,
+        accumulators at 0 — or all of them as the checkpoint left them."""
+        up = self.module.upload
+        names = [p.name for p in self.net.params]
+        got = self.resumed.regions if self.resumed is not None else {}
+        zeros = [np.zeros(p.type.dims, np.float32) for p in self.net.params]
+
+        def region(r, default):
+            return [got[r][n] for n in names] if r in got else default
+
+        self.E = [up(a) for a in region("ema", params)] if self.cfg.use_ema else []
+        self.A = [up(a) for a in region("swa", zeros)] if self.cfg.use_swa else []
+        self.Q = [up(a) for a in region("swa_sq", zeros)] if self.cfg.use_swag else []
+        self.G = [up(a) for a in region("grad_acc", zeros)] if self.abi.accum > 1 else []
+        self.swa_n = int(self.resumed.meta.get("swa_n", 0)) if self.resumed is not None else 0
+        # SWAG's last K deviations θ − swa, host side (only sampling at eval reads them)
+        self.devs = []
+        if self.cfg.use_swag and "swag_dev" in got:
+            d = [got["swag_dev"][n] for n in names]
+            self.devs = [[a[i] for a in d] for i in range(d[0].shape[0])]
+
+    def host_regions(self) -> dict:
+        names = [p.name for p in self.net.params]
+        out = {}
+        for r, arrays in (("ema", self.E), ("swa", self.A), ("swa_sq", self.Q), ("grad_acc", self.G)):
+            if r in self.regions():
+                out[r] = dict(zip(names, _to_host(arrays)))
+        if self.cfg.use_swag:
+            out["swag_dev"] = {n: (np.stack([d[i] for d in self.devs]) if self.devs else
+                                   np.zeros((0,) + p.type.dims, np.float32))
+                               for i, (n, p) in enumerate(zip(names, self.net.params))}
+        return out
+
+    def swa_update(self):
+        """End of an epoch ≥ swa_start_epoch: swa ← swa + (θ − swa)/(n + 1) (and SWAG's mean of
+        squares); SWAG keeps the last swag_k deviations θ − swa."""
+        w = self.module.upload(np.asarray(1.0 / (self.swa_n + 1), np.float32))
+        out = self.module.average(*self.A, *self.Q, *self.P, w)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        n = len(self.P)
+        self.A, self.Q = out[:n], out[n:]
+        self.swa_n += 1
+        if self.cfg.use_swag:
+            self.devs.append([p - a for p, a in zip(_to_host(self.P), _to_host(self.A))])
+            self.devs = self.devs[-self.cfg.swag_k:]
+
+    def eval_region(self, final: bool) -> str:
+        """What an eval scores (the seed's rule): the EMA weights when use_ema; else, at the end
+        of training, the SWA mean (SWAG: samples around it) once it has a snapshot; else live."""
+        if self.cfg.use_ema:
+            return "ema"
+        if self.cfg.use_swa and final and self.swa_n > 0:
+            return "swag" if self.cfg.use_swag else "swa"
+        return "live"
 
     # ------------------------------------------------------------------ pieces
     def save(self, complete: bool = False) -> Path:
@@ -277,8 +351,9 @@ class Trainer:
                 "shuffle": self.opts.shuffle, "batch_size": self.net.batch, "steps_per_epoch": self.bpe,
                 "epochs": self.cfg.epochs, "loss": self.last_loss, "spec": self.net.spec.file,
                 "name": self.net.spec.name, "complete": complete, "time": _now(),
-                "lr": learning_rate(self.cfg, max(self.step, 1), self.bpe)}
-        save_checkpoint(self.ckpt_path, self.net, self.abi.opt_slots, params, opt, state, meta)
+                "lr": self.lr_at(max(self.step, 1)), "swa_n": self.swa_n,
+                "eval_region": self.eval_region(final=complete)}
+        save_checkpoint(self.ckpt_path, self.net, self.abi.opt_keys, params, opt, state, meta, self.host_regions())
         self.last_ckpt_step = self.step
         self.metrics.write(kind="checkpoint", step=self.step, epoch=self.epoch + (1 if self.batch else 0),
                            path=str(self.ckpt_path))
@@ -290,11 +365,19 @@ class Trainer:
         return TrainError(f"training diverged: {what}; stopped, {kept}",
                           hint="lower train.learning_rate (or add warmup_epochs with cosine_decay)")
 
-    def run_eval(self) -> EvalResult:
-        r = evaluate(self.module, self.P, self.S, self.ds.x_val, self.ds.y_val, self.net.batch,
-                     self.net.num_classes or 1)
+    def run_eval(self, final: bool = False) -> EvalResult:
+        from .evaluate import evaluate_swag
+        region = self.eval_region(final)
+        args = (self.ds.x_val, self.ds.y_val, self.net.batch, self.net.num_classes or 1)
+        if region == "swag":
+            r = evaluate_swag(self.module, _to_host(self.A), _to_host(self.Q), self.devs, self.S,
+                              self.cfg.swag_samples, self.cfg.seed, *args)
+        else:
+            weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
+            r = evaluate(self.module, weights, self.S, *args)
+        r.region = region
         ep = self.epoch + (1 if self.batch else 0)
-        self.metrics.write(kind="eval", step=self.step, epoch=ep, **r.as_dict())
+        self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
         self.last_eval = r
         self.last_eval_step = self.step
         return r
@@ -349,8 +432,10 @@ class Trainer:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
         # always end with an eval and a checkpoint of the final state (unless just done)
-        if self.last_eval_step != self.step or self.last_eval is None:
-            r = self.run_eval()
+        final_region = self.eval_region(final=True)
+        if self.last_eval_step != self.step or self.last_eval is None or \
+                getattr(self.last_eval, "region", "live") != final_region:
+            r = self.run_eval(final=True)
             self.log(f"final eval: {r.describe()}")
         self.save(complete=self.step >= self.total)
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
@@ -359,6 +444,40 @@ class Trainer:
         return Summary(self.out, self.step, self.epoch, self.last_loss, self.last_eval,
                        time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path,
                        self.train_cpu)
+
+    def lr_at(self, step: int) -> float:
+        """The lr of the optimizer update that micro-batch `step` (1-based) contributes to: the
+        schedule at the update's last micro-batch (every step when not accumulating)."""
+        k = self.abi.accum
+        return learning_rate(self.cfg, -(-step // k) * k, self.bpe)
+
+    def fit(self, y):
+        """The data pipeline's labels → the loss's label tensor (class ids, soft targets, …)."""
+        return self.abi.loss.fit_labels(y, self.net.num_classes or 1, self.cfg)
+
+    def _fused_step(self, x, y, lr):
+        hp = self.abi.hp_vector(self.cfg, lr, self.step)
+        nP, nO, nE = len(self.P), len(self.O), len(self.E)
+        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp)
+        # results are device arrays: feed them straight back, no host copy
+        self.P, self.O, self.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
+        self.S = out[nP + nO + nE:-2]
+        return out[-2], out[-1]
+
+    def _micro_step(self, x, y, lr):
+        """Micro-batch `self.step` of a k-cycle: add its gradient into G; after the k-th, apply
+        the update (t = the update's number) and zero G."""
+        k = self.abi.accum
+        hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
+        nP, nS = len(self.P), len(self.S)
+        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp)
+        self.G, self.S = out[:nP], out[nP:nP + nS]
+        if self.step % k == 0:
+            nO, nE = len(self.O), len(self.E)
+            res = self.module.apply_step(*self.P, *self.O, *self.E, *self.G, hp)
+            self.P, self.O = res[:nP], res[nP:nP + nO]
+            self.E, self.G = res[nP + nO:nP + nO + nE], res[nP + nO + nE:]
+        return out[-2], out[-1]
 
     def _on_sigint(self, signum, frame):
         if self.stop_requested:           # a second Ctrl-C: stop at once, no checkpoint
@@ -377,8 +496,7 @@ class Trainer:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeRemainingColumn)
         cfg, net = self.cfg, self.net
-        mod_step = self.module.train_step
-        nP, nO = len(self.P), len(self.O)
+        step_fn = self._micro_step if self.abi.accum > 1 else self._fused_step
         console = self.console
         while self.step < self.stop_at and self.epoch < cfg.epochs:
             e = self.epoch
@@ -405,12 +523,9 @@ class Trainer:
                 try:
                     for x, y in it:
                         self.step += 1
-                        lr = learning_rate(cfg, self.step, self.bpe)
-                        hp = np.asarray(hyperparams(cfg, lr, self.step), np.float32)
-                        out = mod_step(*self.P, *self.O, *self.S, x, y, hp)
-                        # results are device arrays: feed them straight back, no host copy
-                        self.P, self.O, self.S = out[:nP], out[nP:nP + nO], out[nP + nO:-2]
-                        self.pending.append((self.step, e, self.batch, lr, out[-2], out[-1]))
+                        lr = self.lr_at(self.step)
+                        loss_d, corr_d = step_fn(x, self.fit(y), lr)
+                        self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))
                         self.batch += 1
                         steps_epoch += 1
                         end_of_epoch = self.batch == self.bpe
@@ -424,7 +539,7 @@ class Trainer:
                             self.train_cpu += time.process_time() - cpu_epoch
                             self.steps_run += steps_epoch
                             self._interrupt()
-                        if self.step >= self.stop_at:
+                        if self.step >= self.stop_at or end_of_epoch:
                             break
                 finally:
                     it.close()
@@ -440,11 +555,13 @@ class Trainer:
             acc = self.ep_correct / max(self.ep_n * net.batch, 1)
             ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
             self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
-                               lr=learning_rate(cfg, self.step, self.bpe), images_per_s=round(ips, 1),
+                               lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))
             line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean:.4f}, train acc {100 * acc:.2f}%, "
-                    f"lr {learning_rate(cfg, self.step, self.bpe):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
+                    f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
             n = e + 1
+            if cfg.use_swa and e >= cfg.swa_start_epoch:
+                self.swa_update()
             if (cfg.eval_every_n_epochs and n % cfg.eval_every_n_epochs == 0) or n == cfg.epochs:
                 line += f"; val {self.run_eval().describe()}"
             self.log(line)

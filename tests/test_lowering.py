@@ -63,7 +63,7 @@ SPECS = {
                   "stablehlo.maximum", "@class_ce_", "@sgd_", "@ema_",
                   "@batch_norm_eval_"]),
     "mlp": (MLP, ["stablehlo.dot_general", "@soft_label_ce_", "@adam_", "stablehlo.power", "stablehlo.sqrt"]),
-    "resnet": (RESNET, ["@conv_fwd_", "@add_fwd_", "@momentum_", "@global_avg_pool_fwd_",
+    "resnet": (RESNET, ["@conv_fwd_", "@add_fwd_", "@sgd_", "@global_avg_pool_fwd_",
                         # the residual join: the cotangents of the fan-out are summed in @train_step
                         "%acc"]),
 }

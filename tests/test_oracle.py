@@ -2,27 +2,26 @@
 
 For every registered layer kind that lowers × its examples, a tiny classifier around it (the
 layer, then flatten + dense to NC classes) is lowered, compiled (llvm-cpu) and run for two
-steps; after each step the updated params, optimizer state, BN running statistics, loss and
-correct-count must match an independent computation in float64 JAX:
+steps; after each step the updated params, optimizer state, EMA weights, BN running
+statistics, loss and correct-count must match an independent computation in float64 JAX:
 
 - forward: the TypedNet's own primitive graph (net.graph.nodes) evaluated with each
   primitive's `reference(jnp, ...)` (BN with batch statistics);
-- loss written here from reference/losses.md; gradients by jax.value_and_grad;
-- optimizer updates and running statistics written here from reference/optimizers.md:
-    SGD       g += wd·θ;  θ −= lr·g                 (torch.optim.SGD)
-    momentum  g += wd·θ;  buf = μ·buf + g;  θ −= lr·buf
-    Adam(W)   m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  m̂, v̂ bias-corrected with t;
-              θ −= lr·m̂/(√v̂ + ε) + lr·wd·θ_old      (β1 .9, β2 .999, ε 1e-8, decoupled decay)
-    wd_exclude_norm_bias: tensors of rank < 2 get no decay;
-    BN running = m·running + (1−m)·batch stat (m = bn_momentum, biased variance).
+- loss: the loss registry's `reference(jnp, ...)` (lmc/losses/), gradients by jax.value_and_grad;
+- update: the optimizer registry's `reference(jnp, ...)` per tensor (lmc/optim/), after the
+  global-norm clip (grad_clip_norm) and with the head's lr × head_lr_mult; EMA and BN running
+  statistics as running averages (weight on the old value: ema_decay warmed up, bn_momentum).
 
-Hyperparameters are runtime values (hp vector), so one compiled module serves several
-recipes: a test compiles one module and runs each of its runtime variants (weight decay on
-and off, label smoothing on and off), asserting that the variant lowers to the same text.
+Cases come from the registries: every loss's and optimizer's `examples` (recipe fields and
+runtime variants) — a new loss or optimizer module is tested with no edit here.  The update
+knobs (clip that binds, head multiplier, EMA, weight-decay exclusion) run on the grid net.
+Hyperparameters are runtime values (the hp vector), so one compiled module serves several
+recipes: each variant must lower to the very same text.
 
 Default run: each layer example with one (loss, optimizer) pair, rotating through all of them,
-plus the full loss × optimizer grid on a small MLP.  `-m slow` runs the full
-grid for every layer example.
+plus the full loss × optimizer grid and the knobs on a small MLP.  `-m slow` runs the full
+grid for every layer example.  Gradient accumulation (@grad_step/@apply_step) is checked
+against the fused step on one batch of k·B and against JAX with per-micro-batch BN.
 """
 from __future__ import annotations
 
@@ -41,7 +40,9 @@ import jax.numpy as jnp  # noqa: E402
 
 from lmc.infer import infer  # noqa: E402
 from lmc.layers import Layer, all_layers  # noqa: E402
+from lmc.losses import all_losses  # noqa: E402
 from lmc.lower import abi, hyperparams, lower  # noqa: E402
+from lmc.optim import GLOBAL_HP, all_optimizers  # noqa: E402
 from lmc.spec import load_spec  # noqa: E402
 
 pytestmark = [pytest.mark.iree, pytest.mark.jax]
@@ -50,18 +51,26 @@ NC = 3              # classes of every test net
 BN_MOMENTUM = 0.9   # not the default 0.99, so the batch statistics visibly move the estimates
 STEPS = 2
 
-# name → (train fields in YAML, runtime variants: [(name, train-field overrides)])
-LOSSES = {
-    "class_ce": ({}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})]),
-    "soft_label_ce": ({"loss_kind": "soft_label_ce"}, [("", {})]),
-}
-OPTIMIZERS = {
-    "sgd": ({"learning_rate": 0.1}, [("", {}), ("wd", {"weight_decay": 0.05})]),
-    "momentum": ({"learning_rate": 0.1, "momentum": 0.9, "wd_exclude_norm_bias": True},
-                 [("wd", {"weight_decay": 0.05})]),
-    "adam": ({"learning_rate": 0.01, "use_adam": True}, [("", {}), ("adamw", {"weight_decay": 0.05})]),
-    "adamw_excl": ({"learning_rate": 0.01, "use_adam": True, "wd_exclude_norm_bias": True},
-                   [("wd", {"weight_decay": 0.05})]),
+
+
+def _registry_cases(registry) -> dict:
+    """name → (train fields, runtime variants) from each entry's `examples` (the first example
+    keeps the entry's name, later ones get #2, #3, ...)."""
+    out = {}
+    for name, cls in sorted(registry.items()):
+        for i, ex in enumerate(cls.examples):
+            out[name if i == 0 else f"{name}#{i + 1}"] = ex
+    return out
+
+
+LOSSES = _registry_cases(all_losses())
+OPTIMIZERS = _registry_cases(all_optimizers())
+# the update-side knobs, on the grid net (name → (train fields, runtime variants))
+KNOBS = {
+    "clip": ({"learning_rate": 0.01, "use_adam": True, "grad_clip_norm": 0.05}, [("", {})]),
+    "clip_sgd": ({"learning_rate": 0.1, "momentum": 0.9, "grad_clip_norm": 0.05}, [("", {})]),
+    "head_lr": ({"learning_rate": 0.05, "head_lr_mult": 10.0}, [("", {})]),
+    "ema": ({"learning_rate": 0.01, "use_adam": True, "use_ema": True, "ema_decay": 0.5}, [("", {})]),
 }
 COMBOS = list(itertools.product(LOSSES, OPTIMIZERS))
 
@@ -209,65 +218,38 @@ def jax_forward(net, params: dict, x, state: dict | None = None):
     return vals[net.output.id], stats
 
 
-def jax_loss(logits, labels, kind: str, ls):
-    """losses.md §2/§3: mean over the batch of −Σ_c t·log_softmax(z)."""
-    logp = jax.nn.log_softmax(logits, axis=1)
-    if kind == "class_ce":
-        t = (1.0 - ls) * jax.nn.one_hot(labels, logits.shape[1]) + ls / logits.shape[1]
-    else:
-        t = labels
-    return -jnp.sum(t * logp) / logits.shape[0]
-
-
-def jax_correct(logits, labels, kind: str):
-    """(count, ambiguous): rows whose arg-max logit is the label (class_ce) / holds the row's
-    largest target (soft_label_ce); `ambiguous` counts rows whose top two logits are so close
-    that f32 rounding may reorder them."""
-    z = np.asarray(logits)
-    top = np.argmax(z, axis=1)
-    if kind == "class_ce":
-        hit = top == np.asarray(labels)
-    else:
-        t = np.asarray(labels)
-        hit = t[np.arange(len(t)), top] >= t.max(axis=1)
-    s = np.sort(z, axis=1)
-    ambiguous = int(np.sum(s[:, -1] - s[:, -2] < 1e-4 * (1 + np.abs(s[:, -1]))))
-    return int(hit.sum()), ambiguous
-
-
-def make_jax_step(net, loss_kind: str, opt: str, decay: dict):
+def make_jax_step(net, a):
     """One train step in float64 JAX, jitted once per test (the eager version spends seconds
     dispatching and compiling single ops):
-    step(P, O, S, x, labels, hp) -> (P', O', S', loss, logits), hp = (lr, wd, μ, ls, t)."""
+    step(P, O, E, S, x, labels, hp) -> (P', O', E', S', loss, logits, grad norm); hp: name → value.
+    O is keyed (slot, param name), as Abi.opt."""
+    cfg = net.spec.train
+    loss = a.loss
+    decay = {p.name: not (cfg.wd_exclude_norm_bias and p.type.rank < 2) for p in net.params}
 
-    def step(P, O, S, x, labels, hp):
-        lr, wd, mu, ls, t = hp
-
+    def step(P, O, E, S, x, labels, hp):
         def loss_of(p):
             logits, stats = jax_forward(net, p, x)
-            return jax_loss(logits, labels, loss_kind, ls), (logits, stats)
+            return loss.reference(jnp, logits, labels, **{h: hp[h] for h in loss.hp}), (logits, stats)
 
-        (loss, (logits, stats)), g = jax.value_and_grad(loss_of, has_aux=True)(P)
-        nP, nO = {}, {k: {} for k in O}
+        (lval, (logits, stats)), g = jax.value_and_grad(loss_of, has_aux=True)(P)
+        norm = jnp.sqrt(sum(jnp.sum(gi ** 2) for gi in g.values()))
+        if cfg.grad_clip_norm > 0:                       # optimizers.md §3.5
+            scale = jnp.minimum(1.0, hp["grad_clip_norm"] / (norm + F32(1e-6)))
+            g = {k: v * scale for k, v in g.items()}
+        nP, nO = {}, {}
         for name, th in P.items():
-            gi = g[name]
-            if opt == "adam":
-                b1, b2, eps = F32(0.9), F32(0.999), F32(1e-8)
-                m = b1 * O["m"][name] + (1 - b1) * gi
-                v = b2 * O["v"][name] + (1 - b2) * gi ** 2
-                mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)
-                upd = mhat / (jnp.sqrt(vhat) + eps)
-                nP[name] = th - lr * upd - (lr * wd * th if decay[name] else 0.0)   # decoupled, old θ
-                nO["m"][name], nO["v"][name] = m, v
-            else:
-                gd = gi + wd * th if decay[name] else gi                             # coupled (torch SGD)
-                if opt == "momentum":
-                    gd = mu * O["momentum"][name] + gd
-                    nO["momentum"][name] = gd
-                nP[name] = th - lr * gd
-        m = F32(BN_MOMENTUM)
+            o = a.optimizers[name]
+            lr = hp["lr"] * hp["head_lr_mult"] if name in a.head else hp["lr"]
+            ohp = {h: hp[h if h in GLOBAL_HP else f"{o.name}.{h}"] for h in o.hp}
+            nP[name], slots = o.reference(jnp, th, g[name], {s: O[(s, name)] for s in o.slots}, lr,
+                                          hp["weight_decay"], decay[name], **ohp)
+            for s, v in slots.items():
+                nO[(s, name)] = v
+        nE = {k: hp["ema_decay"] * E[k] + (1 - hp["ema_decay"]) * nP[k] for k in E}
+        m = hp["bn_momentum"]
         nS = {k: m * S[k] + (1 - m) * stats[k] for k in S}
-        return nP, nO, nS, loss, logits
+        return nP, nO, nE, nS, lval, logits, norm
 
     return jax.jit(step)
 
@@ -305,12 +287,9 @@ def _init(net, rng):
     return P, S
 
 
-def _batch(net, loss_kind, rng):
+def _batch(net, a, rng):
     x = rng.standard_normal(net.input.dims).astype(np.float32)
-    b = net.input.dims[0]
-    if loss_kind == "class_ce":
-        return x, rng.integers(0, NC, b).astype(np.int32)
-    return x, rng.dirichlet(np.ones(NC), b).astype(np.float32)      # soft targets, rows sum to 1
+    return x, a.loss.draw_labels(rng, a.labels, a.logits)
 
 
 def _compare(what: str, got, want, allowed, failures: list) -> float:
@@ -330,37 +309,41 @@ def _compare(what: str, got, want, allowed, failures: list) -> float:
     return float(ratio[worst])
 
 
-def _param_allowance(opt: str, upd: float, lr: float, m, v, t: int, m_scale: float = 0.0):
-    """How far θ' may be off: RTOL·(the size of this step's update).  Adam divides by √v̂
-    elementwise, so an element with a small gradient (√v̂ ≪ the gradients' scale) turns the
-    f32 error of its gradient into a large relative error of its step; first-order propagation
-    of a gradient error δg = RTOL·scale gives the extra term 2·lr·δg/(√v̂ + ε) (from m̂ and
-    from √v̂, using |m̂| ≲ √v̂).  The scale is the larger of this tensor's largest |m̂| and
-    `m_scale` (the net's largest |m̂| × f32 ε): a tensor whose true gradient is exactly zero
-    (a BN shift followed by another BN, e.g. uib's pre_dw.beta) still gets f32 rounding noise
-    of that size, which Adam normalizes into a full-size step of random sign."""
+def _param_allowance(gain, upd: float, lr: float, m_scale: float):
+    """How far θ' may be off: RTOL·(the size of this step's update).  An adaptive optimizer
+    (Adam: gain = 1/(√v̂ + ε), the registry's `error_gain`) divides by √v̂ elementwise, so an
+    element with a small gradient (√v̂ ≪ the gradients' scale) turns the f32 error of its
+    gradient into a large relative error of its step; first-order propagation of a gradient
+    error δg = RTOL·scale gives the extra term 2·lr·δg·gain (from m̂ and from √v̂, using
+    |m̂| ≲ √v̂).  The scale is the larger of this tensor's largest first moment and `m_scale`
+    (the net's largest × f32 ε / RTOL): a tensor whose true gradient is exactly zero (a BN
+    shift followed by another BN, e.g. uib's pre_dw.beta) still gets f32 rounding noise of
+    that size, which Adam normalizes into a full-size step of random sign."""
     allowed = RTOL["param"] * upd
-    if opt == "adam":
-        mhat = np.abs(np.asarray(m)) / (1 - F32(0.9) ** t)
-        vhat = np.asarray(v) / (1 - F32(0.999) ** t)
-        scale = max(float(mhat.max()), m_scale / RTOL["param"])
-        allowed = allowed + 2 * lr * RTOL["param"] * scale / (np.sqrt(vhat) + F32(1e-8))
+    if gain is not None:
+        allowed = allowed + 2 * lr * RTOL["param"] * m_scale * np.asarray(gain)
     return allowed
 
 
-def run_oracle(layers, x_dims, style, loss, opt, seed=0):
+def _first_moment(o, slots: dict, t: int):
+    """The largest bias-corrected first moment of an adaptive optimizer's tensor (0 if none)."""
+    if "m" not in slots:
+        return 0.0
+    return float(np.max(np.abs(np.asarray(slots["m"])))) / (1 - F32(0.9) ** t)
+
+
+def run_oracle(layers, x_dims, style, loss, opt, seed=0, cases=None):
     """Compile one module and run each runtime variant of (loss, opt) for STEPS steps against
-    JAX.  Returns the worst error ratios seen (for tolerance reports)."""
+    JAX.  `opt` names an OPTIMIZERS case (or, with cases=KNOBS, a knob case).  Returns the worst
+    error ratios seen (for tolerance reports)."""
     lfields, lvariants = LOSSES[loss]
-    ofields, ovariants = OPTIMIZERS[opt]
+    ofields, ovariants = (cases or OPTIMIZERS)[opt]
     base = {**lfields, **ofields}
     net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style, base)))
     text = lower(net, "train_step")
     mod = _module(text)
     a = abi(net)
-    decay = {p.name: not (net.spec.train.wd_exclude_norm_bias and p.type.rank < 2) for p in net.params}
-    kind = "adam" if a.opt_slots == ("m", "v") else ("momentum" if a.opt_slots else "sgd")
-    jstep = make_jax_step(net, loss, kind, decay)
+    jstep = make_jax_step(net, a)
     worst: dict[str, float] = {}
     for (ln, lo), (on, oo) in itertools.product(lvariants, ovariants):
         variant = "+".join(n for n in (loss, ln, opt, on) if n)
@@ -371,65 +354,72 @@ def run_oracle(layers, x_dims, style, loss, opt, seed=0):
         cfg = vspec.train
         rng = np.random.default_rng(seed)
         P, S = _init(net, rng)
-        O = {slot: {p.name: np.zeros(p.type.dims, np.float32) for p in net.params} for slot in a.opt_slots}
-        JP = {k: jnp.asarray(v, jnp.float64) for k, v in P.items()}
-        JO = {s: {k: jnp.asarray(v, jnp.float64) for k, v in d.items()} for s, d in O.items()}
-        JS = {k: jnp.asarray(v, jnp.float64) for k, v in S.items()}
+        O = dict(zip(a.opt_keys, a.initial_opt()))
+        E = {p.name: P[p.name].copy() for p in a.ema}
+        j64 = lambda d: {k: jnp.asarray(v, jnp.float64) for k, v in d.items()}  # noqa: E731
         failures: list[str] = []
         for step in range(1, STEPS + 1):
-            x, labels = _batch(net, loss, rng)
-            hp = np.asarray(hyperparams(cfg, cfg.learning_rate, step), np.float32)
-            args = [P[p.name] for p in net.params] + [O[s][p.name] for s in a.opt_slots for p in net.params] + \
+            x, labels = _batch(net, a, rng)
+            hpv = hyperparams(a, cfg, cfg.learning_rate, step)
+            hp = np.asarray(hpv, np.float32)
+            args = [P[p.name] for p in net.params] + [O[k] for k in a.opt_keys] + [E[p.name] for p in a.ema] + \
                    [S[s.name] for s in net.state] + [x, labels, hp]
             out = [np.asarray(r) for r in mod.train_step(*args)]
-            n_p, n_o = len(net.params), len(a.opt_slots) * len(net.params)
-            assert len(out) == n_p + n_o + len(net.state) + 2
-            prevJP = JP
-            jhp = tuple(jnp.float64(F32(v)) for v in (cfg.learning_rate, cfg.weight_decay, cfg.momentum,
-                                                       cfg.label_smoothing, step))
-            JP, JO, JS, jloss, jlogits = jstep(JP, JO, JS, jnp.asarray(x, jnp.float64), jnp.asarray(labels), jhp)
+            n_p, n_o, n_e = len(net.params), len(a.opt), len(a.ema)
+            assert len(out) == n_p + n_o + n_e + len(net.state) + 2
+            JP = j64(P)
+            jhp = {h: jnp.float64(v) for h, v in zip(a.hp, hp)}    # as the module receives them (f32)
+            nJP, nJO, nJE, nJS, jloss, jlogits, gnorm = jstep(JP, j64(O), j64(E), j64(S), jnp.asarray(x, jnp.float64),
+                                                              jnp.asarray(labels), jhp)
+            if cfg.grad_clip_norm > 0:
+                assert float(gnorm) > cfg.grad_clip_norm, f"{variant}: the clip does not bind (norm {float(gnorm):.3g})"
             at = f"{variant} step {step}"
 
             def check(key, what, got, want, allowed):
                 worst[key] = max(worst.get(key, 0.0), _compare(f"{at}: {what}", got, want, allowed, failures))
 
-            m_scale = 0.0
-            if kind == "adam":
-                m_scale = 8 * float(np.finfo(np.float32).eps) * max(
-                    float(np.max(np.abs(np.asarray(JO["m"][p.name])))) for p in net.params) / (1 - F32(0.9) ** step)
+            m_net = max([_first_moment(a.optimizers[p.name], {s: nJO[(s, p.name)] for s in a.optimizers[p.name].slots},
+                                       step) for p in net.params])
+            m_floor = 8 * F32_EPS * m_net / RTOL["param"]
             # Absolute floors at the net's scale: a tensor whose true gradient is exactly zero
             # (uib's pre_dw.beta: a BN shift feeding a linear conv and another BN) still carries
             # f32 rounding noise of the size of the net's other gradients; per-tensor relative
             # bounds alone would demand it be exactly zero.
-            upds = {p.name: float(np.max(np.abs(np.asarray(JP[p.name]) - np.asarray(prevJP[p.name]))))
-                    for p in net.params}
+            upds = {p.name: float(np.max(np.abs(np.asarray(nJP[p.name]) - np.asarray(JP[p.name])))) for p in net.params}
             upd_floor = RTOL["param"] * max(upds.values())
-            opt_floor = {s: RTOL["opt"] * max(float(np.max(np.abs(np.asarray(JO[s][p.name])))) for p in net.params)
-                         for s in a.opt_slots}
+            opt_floor = {s: RTOL["opt"] * max(float(np.max(np.abs(np.asarray(nJO[k])))) for k in a.opt_keys if k[0] == s)
+                         for s, _ in a.opt_keys}
             for i, p in enumerate(net.params):
-                allowed = _param_allowance(kind, upds[p.name], F32(cfg.learning_rate), JO.get("m", {}).get(p.name),
-                                           JO.get("v", {}).get(p.name), step, m_scale) + upd_floor
-                check("param", f"param {p.name}", out[i], JP[p.name], allowed)
+                o = a.optimizers[p.name]
+                oslots = {s: nJO[(s, p.name)] for s in o.slots}
+                ohp = {h: float(jhp[h if h in GLOBAL_HP else f"{o.name}.{h}"]) for h in o.hp}
+                gain = o.error_gain(oslots, **ohp)
+                lr = float(jhp["lr"]) * (float(jhp["head_lr_mult"]) if p.name in a.head else 1.0)
+                m_scale = max(_first_moment(o, oslots, step), m_floor)
+                allowed = _param_allowance(gain, upds[p.name], lr, m_scale) + upd_floor
+                check("param", f"param {p.name}", out[i], nJP[p.name], allowed)
                 P[p.name] = out[i]
-            for j, (s, p) in enumerate((s, p) for s in a.opt_slots for p in net.params):
-                want = JO[s][p.name]
-                check("opt", f"{s} of {p.name}", out[n_p + j], want,
-                      RTOL["opt"] * float(np.max(np.abs(want))) + opt_floor[s])
-                O[s][p.name] = out[n_p + j]
+            for j, k in enumerate(a.opt_keys):
+                want = nJO[k]
+                check("opt", f"{k[0]} of {k[1]}", out[n_p + j], want,
+                      RTOL["opt"] * float(np.max(np.abs(want))) + opt_floor[k[0]])
+                O[k] = out[n_p + j]
+            for j, p in enumerate(a.ema):
+                want = nJE[p.name]
+                check("opt", f"ema of {p.name}", out[n_p + n_o + j], want,
+                      RTOL["opt"] * float(np.max(np.abs(want))) + upd_floor)
+                E[p.name] = out[n_p + n_o + j]
             for k, s in enumerate(net.state):
-                want = JS[s.name]
-                check("state", s.name, out[n_p + n_o + k], want, RTOL["state"] * float(np.max(np.abs(want))))
-                S[s.name] = out[n_p + n_o + k]
+                want = nJS[s.name]
+                check("state", s.name, out[n_p + n_o + n_e + k], want, RTOL["state"] * float(np.max(np.abs(want))))
+                S[s.name] = out[n_p + n_o + n_e + k]
             check("loss", "loss", out[-2], jloss, RTOL["loss"] * abs(float(jloss)))
-            count, ambiguous = jax_correct(jlogits, labels, loss)
+            count, ambiguous = a.loss.correct_reference(np.asarray(jlogits), np.asarray(labels))
             if abs(float(out[-1]) - count) > ambiguous:
                 failures.append(f"{at}: correct = {float(out[-1])}, JAX counts {count}")
-            # Each step is checked from the same state: continue JAX from lmc's outputs, so an
+            # Each step is checked from the same state: JAX continues from lmc's outputs, so an
             # allowed rounding difference (e.g. Adam's random-sign step on a zero gradient) is
             # not compounded into the next step's comparison.
-            JP = {k: jnp.asarray(v, jnp.float64) for k, v in P.items()}
-            JO = {s: {k: jnp.asarray(v, jnp.float64) for k, v in d.items()} for s, d in O.items()}
-            JS = {k: jnp.asarray(v, jnp.float64) for k, v in S.items()}
         assert not failures, f"{len(failures)} mismatches vs JAX:\n" + "\n".join(failures[:12])
     return worst
 
@@ -437,6 +427,13 @@ def run_oracle(layers, x_dims, style, loss, opt, seed=0):
 @pytest.mark.parametrize("cid,layers,x_dims,style,loss,opt", _params())
 def test_train_step(cid, layers, x_dims, style, loss, opt):
     run_oracle(layers, x_dims, style, loss, opt)
+
+
+@pytest.mark.parametrize("knob", sorted(KNOBS))
+def test_update_knob(knob):
+    """grad_clip_norm (binding), head_lr_mult, use_ema on the grid net, against JAX."""
+    _, layers, x, style = GRID_NET
+    run_oracle(layers, x, style, "class_ce", knob, cases=KNOBS)
 
 
 def test_forward_eval():

@@ -179,7 +179,8 @@ def _arrays(net, seed=0):
 def test_checkpoint_roundtrip_names_and_metadata(tmp_path):
     net = net_of()
     params, opt, state = _arrays(net)
-    path = save_checkpoint(tmp_path / "last.npz", net, ("m", "v"), params, opt, state,
+    keys = [(s, p.name) for s in ("m", "v") for p in net.params]
+    path = save_checkpoint(tmp_path / "last.npz", net, keys, params, opt, state,
                            {"step": 5, "epoch": 1, "batch": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["last.npz"]          # no temp file left behind
     with np.load(path, allow_pickle=False) as f:
@@ -190,10 +191,11 @@ def test_checkpoint_roundtrip_names_and_metadata(tmp_path):
     assert names == want
     assert "00.conv_bn.weight" in names and "opt.m.04.dense.weight" in names and "00.conv_bn.running_var" in names
     assert meta["format"] == "lmc-checkpoint" and meta["net_hash"] == net_hash(net) and meta["step"] == 5
-    ck = load_checkpoint(path, net, ("m", "v"))
+    ck = load_checkpoint(path, net, keys)
     assert all(np.array_equal(a, b) for a, b in zip(ck.params + ck.opt + ck.state, params + opt + state))
-    with pytest.raises(TrainError, match=r"optimizer state \['m', 'v'\] but the spec's optimizer needs \['momentum'\]"):
-        load_checkpoint(path, net, ("momentum",))
+    with pytest.raises(TrainError, match=r"optimizer state \['m', 'v'\] for 18 tensors but the spec's optimizer "
+                                         r"needs \['momentum'\] for 9"):
+        load_checkpoint(path, net, [("momentum", p.name) for p in net.params])
 
 
 def test_net_hash_ignores_the_recipe_but_not_the_structure():
@@ -207,7 +209,8 @@ def test_layout_mismatch_names_the_first_tensor(tmp_path):
     net = net_of()
     other = infer(load_spec("t.yaml", text=CNN.replace("fan_out: 300", "fan_out: 301").replace("fan_in: 300", "fan_in: 301")))
     params, opt, state = _arrays(other)
-    path = save_checkpoint(tmp_path / "o.npz", other, ("m", "v"), params, opt, state, {"step": 0})
+    path = save_checkpoint(tmp_path / "o.npz", other, [(s, p.name) for s in ("m", "v") for p in other.params],
+                           params, opt, state, {"step": 0})
     with pytest.raises(TrainError, match=r"tensor '04.dense.weight' has shape \[576, 301\] there but \[576, 300\]"):
         load_init(path, net)
     with pytest.raises(TrainError, match=r"has no tensor '00.conv_bn.weight'"):

@@ -1,0 +1,144 @@
+"""The optimizer registry: one module per optimizer, each an `Optimizer` subclass owning its
+state slots, the runtime hyperparameters it reads (entries of the hp vector), which tensors it
+applies to (the rest go to its `fallback`), how each slot starts, and a float64 reference of its
+update written against `xp` (NumPy or jax.numpy).  Its template `templates/optim/<name>.mlir.j2`
+holds one function per tensor type:
+
+    @<name>_<sig>(w, g, slots..., lr, wd, hp...) -> (w', slots'...)
+
+`lr` is the tensor's learning rate (the head's under head_lr_mult), `wd` the weight decay, and
+the context's `decay` says whether this tensor takes it (wd_exclude_norm_bias).  `select` is the
+one place that reads the recipe's `optimizer` and the seed's older booleans.  Modules are
+discovered automatically."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import ClassVar
+
+from ..errors import NotImplementedKind
+
+OPTIMIZERS: dict[str, type] = {}
+# hyperparameters every optimizer may read under these names (not namespaced)
+GLOBAL_HP = ("t",)
+
+
+def register(name: str):
+    def deco(cls):
+        if name in OPTIMIZERS:
+            raise RuntimeError(f"optimizer {name!r} registered twice")
+        cls.name = name
+        OPTIMIZERS[name] = cls
+        return cls
+    return deco
+
+
+class Optimizer:
+    name: ClassVar[str]
+    # the tensors' state slots, in ABI order (checkpoint keys opt.<slot>.<param>)
+    slots: ClassVar[tuple[str, ...]] = ()
+    # runtime hyperparameters after (lr, wd), in template argument order; "t" is the global
+    # 1-based step, every other name is this optimizer's own (hp vector entry "<name>.<hp>")
+    hp: ClassVar[tuple[str, ...]] = ()
+    # the optimizer for the tensors this one does not apply to (Muon, Shampoo: AdamW)
+    fallback: ClassVar[str | None] = None
+    # what the tensors it applies to are, for the error when a net has none
+    applies_to: ClassVar[str] = "every parameter"
+    # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])];
+    # every variant must lower to the same module text (hyperparameters are runtime values)
+    examples: ClassVar[list] = []
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def applies(self, p, net) -> bool:
+        return True
+
+    def hp_values(self) -> dict[str, float]:
+        """Values of this optimizer's own hyperparameters (not t) for the recipe."""
+        return {}
+
+    def context(self, p) -> dict:
+        """Template variables for one tensor (numbers computed here)."""
+        return {}
+
+    def slot_init(self, slot: str) -> float:
+        """Every element of a fresh slot starts at this value."""
+        return 0.0
+
+    @staticmethod
+    def error_gain(slots: dict, **hp):
+        """For the oracle's tolerance: the elementwise factor by which the step amplifies an
+        error in the gradient's scale (Adam: 1/(√v̂ + ε), from the new slots); None where the
+        step is linear in g with gain lr (SGD)."""
+        return None
+
+    @staticmethod
+    def reference(xp, w, g, slots: dict, lr, wd, decay: bool, **hp):
+        """(w', slots') in float64: the update this optimizer's template must compute."""
+        raise NotImplementedError
+
+
+def all_optimizers() -> dict[str, type]:
+    _load()
+    return dict(OPTIMIZERS)
+
+
+_loaded = False
+
+
+def _load():
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if not m.name.startswith("_"):
+                importlib.import_module(f"{__name__}.{m.name}")
+
+
+def select(cfg) -> str:
+    """The optimizer the recipe asks for — the one place this is decided.  `optimizer` names it;
+    left at sgd, the seed's older booleans pick: use_shampoo > use_muon > use_adam (the IREE
+    path's priority; use_muon and use_shampoo together are refused in config.check_rules).
+    An explicit `optimizer` other than sgd wins over the booleans."""
+    name = cfg.optimizer.value
+    if name != "sgd":
+        return name
+    if cfg.use_shampoo:
+        return "shampoo"
+    if cfg.use_muon:
+        return "muon"
+    if cfg.use_adam:
+        return "adam"
+    return "sgd"
+
+
+def make_optimizer(name: str, cfg) -> Optimizer:
+    _load()
+    if name not in OPTIMIZERS:
+        raise NotImplementedKind(f"not implemented yet: optimizer {name}",
+                                 hint=f"lowered optimizers: {', '.join(sorted(OPTIMIZERS))}")
+    return OPTIMIZERS[name](cfg)
+
+
+def assign(net) -> dict:
+    """param name → the Optimizer that updates it (the selected one, or its fallback for the
+    tensors it does not apply to).  One instance per optimizer."""
+    cfg = net.spec.train
+    main = make_optimizer(select(cfg), cfg)
+    fb = make_optimizer(main.fallback, cfg) if main.fallback else None
+    out = {}
+    for p in net.params:
+        out[p.name] = main if main.applies(p, net) else fb
+    if main.fallback and not any(o is main for o in out.values()):
+        from ..errors import SpecError
+        raise SpecError(f"optimizer {main.name} applies to {main.applies_to}, and this net has none "
+                        f"(every tensor would fall back to {main.fallback})",
+                        hint=f"use optimizer: {main.fallback}, or a net with such tensors")
+    return out
+
+
+def dense_weights(net) -> set[str]:
+    """Names of the 2-D weight matrices of dense layers (the matrices Muon and Shampoo act on)."""
+    return {n.params[0].name for n in net.graph.nodes
+            if n.prim is not None and n.prim.name == "dense" and n.params}
