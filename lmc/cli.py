@@ -65,14 +65,19 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 @app.command()
 def validate(spec: SpecArg, set: SetOpt = None) -> None:
     """Parse SPEC and shape-check every layer; exit 0 if it is valid, else print every error
-    (`file:line:col: message`) and exit 2."""
+    (`file:line:col: message`) and exit 2.  A valid spec that lmc render/train would still refuse
+    (a layer not lowered yet, a recipe switch or loss not implemented) gets one warning per item."""
+    from .config import check_against_net
+    from .train import refusals
     with user_errors():
         net = _load(spec, set)
-        from .config import check_against_net
         s = net.spec
         if s.train is not None:
             check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
                               output_dims=net.output.type.dims, dataset=s.dataset)
+        warnings = refusals(net)
+    for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
+        sys.stderr.write(w.render("warning") + "\n")
     err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
               f"output {net.output.type.shape_str()}")
 

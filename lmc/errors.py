@@ -34,9 +34,10 @@ class LmcError(Exception):
             self.loc = loc
         return self
 
-    def render(self) -> str:
+    def render(self, label: str = "error") -> str:
+        """`error: file:line:col: message` (or `warning: …`), then `hint: …` if there is one."""
         where = f"{self.loc}: " if self.loc else ""
-        text = f"error: {where}{self.message}"
+        text = f"{label}: {where}{self.message}"
         if self.hint:
             text += f"\nhint: {self.hint}"
         return text
@@ -56,8 +57,8 @@ class MultiError(LmcError):
         super().__init__("; ".join(e.message for e in errors))
         self.errors = errors
 
-    def render(self) -> str:
-        return "\n".join(e.render() for e in self.errors)
+    def render(self, label: str = "error") -> str:
+        return "\n".join(e.render(label) for e in self.errors)
 
 
 class ShapeError(LmcError):

@@ -104,18 +104,45 @@ class _Emitter:
         return [f"{base}#{i}" for i in range(len(results))]
 
 
-def _check_lowerable(net: TypedNet):
+def unsupported(net: TypedNet, functions: str = "all") -> list:
+    """Everything in a valid spec that `lower(net, functions)` refuses, as located errors (all
+    of them, not just the first): layers with no lowering yet and, for @train_step, the loss and
+    optimizer.  The one definition of "what will not render": lower() raises the first item,
+    `lmc validate` prints each as a warning, `lmc train` checks them before loading any data."""
+    from .errors import LmcError
+    errs = []
     for l in net.layers:
         if not l.lowered:
-            raise NotImplementedKind(f"not implemented yet: {l.kind} (layer {l.index}); "
-                                     f"`lmc info` counts it but it cannot be lowered to StableHLO yet", l.loc)
+            errs.append(NotImplementedKind(
+                f"not implemented yet: {l.kind} (layer {l.index}): `lmc info` counts it, but it is not lowered "
+                f"to StableHLO, so lmc render, compile and train refuse it", l.loc,
+                hint="`lmc layers` lists the kinds that lower"))
+    cfg = net.spec.train
+    if functions in ("all", "train_step") and cfg is not None:
+        for check, field in ((_check_loss, "loss_kind"), (optimizer_slots, "optimizer")):
+            try:
+                check(net)
+            except LmcError as e:
+                errs.append(e.located(net.spec.loc("train", field)))
+    return errs
+
+
+def _check_loss(net: TypedNet):
+    cfg = net.spec.train
+    loss = effective_loss(cfg, net.spec.dataset)
+    if loss.kind not in ("class_ce", "soft_label_ce"):
+        raise NotImplementedKind(f"not implemented yet: loss {loss} (lowered: class_ce, soft_label_ce)")
+    if cfg.use_focal:
+        raise NotImplementedKind("not implemented yet: use_focal")
 
 
 def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> str:
     """Render the module.  functions: train_step | forward | all.  backend: llvm-cpu (default),
     cuda or rocm — every backend gets the same module today; `LMC_CONV_FORM=direct` picks the
     stablehlo.convolution spelling of conv (_FORMS) for any backend."""
-    _check_lowerable(net)
+    errs = unsupported(net, functions)
+    if errs:
+        raise errs[0]
     em = _Emitter(net)
     bodies = []
     if functions in ("all", "train_step"):
@@ -215,11 +242,8 @@ def _train_step(net: TypedNet, em: _Emitter) -> str:
         saved[id(node)] = list(zip(res[1:1 + len(r.saved)], r.saved))
         stats[id(node)] = list(zip(res[1 + len(r.saved):], r.stats))
     # loss: (logits, labels, label_smoothing) -> (loss, dlogits, correct)
+    _check_loss(net)
     loss = effective_loss(cfg, net.spec.dataset)
-    if loss.kind not in ("class_ce", "soft_label_ce"):
-        raise NotImplementedKind(f"not implemented yet: loss {loss} (lowered: class_ce, soft_label_ce)")
-    if cfg.use_focal:
-        raise NotImplementedKind("not implemented yet: use_focal")
     lctx = {"logits": a.logits.mlir, "labels": a.labels.mlir, "b": a.logits.dims[0], "nc": a.logits.dims[1],
             "inv_b": f"{1.0 / a.logits.dims[0]:.9e}", "row": f32(a.logits.dims[0]).mlir,
             "mask": TensorType(a.logits.dims, "i1").mlir, "row_mask": TensorType((a.logits.dims[0],), "i1").mlir}

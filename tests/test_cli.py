@@ -292,3 +292,57 @@ def test_user_text_is_not_read_as_markup(tmp_path):
         assert run(cmd, p).exit_code == 0
     r = run("validate", write(d, MLP.read_text().replace("name: mlp", "name: '[/x]'"), "n.yaml"))
     assert r.exit_code == 2 and "[/x]" in r.stderr
+
+
+# ---------------------------------------------------------------- what will not run
+
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+
+def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
+    """A valid spec exits 0, but every item lmc render/train would refuse is one located warning."""
+    r = run("validate", SPECS / "vit_tiny.yaml")
+    assert r.exit_code == 0
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
+    assert warnings == [
+        f"warning: {SPECS / 'vit_tiny.yaml'}:7:5: not implemented yet: patch_embed (layer 0): `lmc info` counts "
+        f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it",
+        f"warning: {SPECS / 'vit_tiny.yaml'}:8:5: not implemented yet: transformer_encoder (layer 1): `lmc info` "
+        f"counts it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it"]
+    assert r.stderr.splitlines()[-1].endswith("ok — 3 layers, 5,526,346 parameters, output [32, 10]")
+    # recipe refusals (train.check_recipe) and an optimizer lower.py has no update rule for
+    r = run("validate", RECIPE, "--set", "train.use_ema=true", "--set", "train.optimizer=rmsprop",
+            "--set", "train.use_adam=false")
+    assert r.exit_code == 0
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("warning: --set train.optimizer: not implemented yet: optimizer rmsprop")
+    assert warnings[1] == f"warning: {RECIPE}:10:1: not implemented yet in lmc train: train.use_ema"
+    # and what validate warns of is exactly what render refuses
+    r2 = run("render", RECIPE, "--set", "train.optimizer=rmsprop", "--set", "train.use_adam=false")
+    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.optimizer: not implemented yet")
+    r = run("validate", RECIPE)
+    assert r.exit_code == 0 and "warning:" not in r.stderr
+
+
+def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path):
+    """vit_tiny's data directory does not exist here: the refusal must come first, without
+    reading any data or compiling."""
+    import lmc.train as tr
+    loaded = []
+    monkeypatch.setattr(tr, "load_data", lambda *a: loaded.append(a) or _raise(AssertionError("data loaded")))
+    r = run("train", SPECS / "vit_tiny.yaml", "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"error: {SPECS / 'vit_tiny.yaml'}:7:5: not implemented yet: patch_embed (layer 0)")
+    assert "transformer_encoder (layer 1)" in r.stderr          # every refusal, not just the first
+    assert "no such directory" not in r.stderr
+    assert loaded == [] and fake_compiler == []
+    # a recipe switch lmc train refuses is also caught before the data
+    r = run("train", RECIPE, "--set", "train.use_ema=true", "--out", tmp_path / "run")
+    assert r.exit_code == 2 and "not implemented yet in lmc train: train.use_ema" in r.stderr
+    assert loaded == [] and fake_compiler == []
+
+
+def _raise(e):
+    raise e
