@@ -67,14 +67,11 @@ def validate(spec: SpecArg, set: SetOpt = None) -> None:
     """Parse SPEC and shape-check every layer; exit 0 if it is valid, else print every error
     (`file:line:col: message`) and exit 2.  A valid spec that lmc render/train would still refuse
     (a layer not lowered yet, a recipe switch or loss not implemented) gets one warning per item."""
-    from .config import check_against_net
+    from .infer import check_recipe_fits
     from .train import refusals
     with user_errors():
         net = _load(spec, set)
-        s = net.spec
-        if s.train is not None:
-            check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
-                              output_dims=net.output.type.dims, dataset=s.dataset)
+        check_recipe_fits(net)      # the loss against the output, as lower() checks it
         warnings = refusals(net)
     for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
         sys.stderr.write(w.render("warning") + "\n")
@@ -201,9 +198,6 @@ def train(spec: SpecArg,
     try:
         with user_errors():
             net = _load(spec, sets)
-            from .config import check_against_net
-            if net.spec.train is not None:
-                check_against_net(net.spec.train, net.num_classes, lambda f: net.spec.layers[-1].loc)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every))
             s = run_training(net, opts, err)

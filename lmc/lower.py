@@ -18,7 +18,7 @@ from .config import effective_loss, effective_optimizer
 from .errors import NotImplementedKind
 from .fields import OptimizerKind
 from .graph import Node
-from .infer import TypedNet
+from .infer import TypedNet, check_recipe_fits
 from .render import render_prim, render_template, sig
 from .types import TensorType, f32, i32
 
@@ -140,6 +140,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
     """Render the module.  functions: train_step | forward | all.  backend: llvm-cpu (default),
     cuda or rocm — every backend gets the same module today; `LMC_CONV_FORM=direct` picks the
     stablehlo.convolution spelling of conv (_FORMS) for any backend."""
+    if functions in ("all", "train_step"):
+        check_recipe_fits(net)
     errs = unsupported(net, functions)
     if errs:
         raise errs[0]

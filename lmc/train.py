@@ -33,6 +33,7 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS, effective_loss, effective_optimizer
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
+from .infer import check_recipe_fits
 from .init import init_tensors
 from .lower import hyperparams
 from .schedule import learning_rate, schedule_name
@@ -179,6 +180,7 @@ class Trainer:
         if cfg is None:
             raise TrainError(f"{net.spec.file}: the spec has no `train:` recipe",
                              hint="add train: {learning_rate: …, batch_size: …, epochs: …}")
+        check_recipe_fits(net)
         errs = refusals(net)
         if errs:
             raise errs[0] if len(errs) == 1 else MultiError(errs)

@@ -346,3 +346,32 @@ def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, mon
 
 def _raise(e):
     raise e
+
+
+CONV_HEAD = ("name: convhead\ninput: {channels: 1, height: 8, width: 8}\nlayers:\n"
+             "  - conv2d: {ic: 1, oc: 10, k_size: 3}\n"
+             "train: {learning_rate: 0.1, batch_size: 4, epochs: 1}\ndataset: synthetic\n")
+
+
+@pytest.mark.parametrize("cmd", ["validate", "render", "compile", "train"])
+def test_every_command_checks_the_loss_against_the_output(fake_compiler, tmp_path, cmd):
+    """class_ce on a rank-4 output: the same located error from validate, render, compile and
+    train (it once rendered a module that iree-compile rejected), before any compile."""
+    p = write(tmp_path, CONV_HEAD)
+    r = run(cmd, p)
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {p}:5:1: class_ce needs logits [batch, classes], but the net's output is "
+                        f"[4, 10, 8, 8]\nhint: end the net with global_avg_pool or flatten, then dense\n")
+    assert r.stdout == "" and fake_compiler == []
+    assert run("info", p).exit_code == 0          # info still shows the shapes the error is about
+
+
+def test_lower_refuses_a_loss_the_output_cannot_feed(tmp_path):
+    from lmc.errors import SpecError
+    from lmc.infer import infer
+    from lmc.lower import lower
+    from lmc.spec import load_spec
+    net = infer(load_spec(write(tmp_path, CONV_HEAD)))
+    with pytest.raises(SpecError, match="class_ce needs logits"):
+        lower(net)
+    assert "func.func @forward(" in lower(net, "forward")      # the forward alone is fine
