@@ -41,6 +41,8 @@ def _load(spec: Path, sets, batch=None):
     from .infer import infer
     from .spec import load_spec
     s = load_spec(spec, sets)
+    if batch is not None and batch < 1:     # else infer blames layer 0 for an empty dimension
+        raise LmcError(f"--batch must be at least 1, got {batch}")
     return infer(s, batch)
 
 
@@ -194,7 +196,7 @@ def train(spec: SpecArg,
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
     Ctrl-C saves a checkpoint at the current step and exits with code 130."""
     from .train import Interrupted, TrainOptions, train as run_training
-    sets = list(set or []) + ([f"train.epochs={epochs}"] if epochs is not None else [])
+    sets = list(set or []) + ([(f"train.epochs={epochs}", "--epochs")] if epochs is not None else [])
     try:
         with user_errors():
             net = _load(spec, sets)

@@ -18,6 +18,15 @@ class Loc:
             return f"{self.file}:{self.line}:{self.col or 1}"
         return self.file
 
+    @property
+    def is_flag(self) -> bool:
+        """A value set on the command line: `file` names the option (`--epochs`, `--set train.epochs`)."""
+        return not self.line and self.file.startswith("--")
+
+    def flag_with(self, value) -> str:
+        """How to pass `value` by the same option: `--epochs 2`, `--set train.epochs=2`."""
+        return f"{self.file}={value}" if self.file.startswith("--set ") else f"{self.file} {value}"
+
 
 class LmcError(Exception):
     """Base of every user-facing error."""

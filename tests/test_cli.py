@@ -375,3 +375,39 @@ def test_lower_refuses_a_loss_the_output_cannot_feed(tmp_path):
     with pytest.raises(SpecError, match="class_ce needs logits"):
         lower(net)
     assert "func.func @forward(" in lower(net, "forward")      # the forward alone is fine
+
+
+# ---------------------------------------------------------------- values set by options
+
+
+WARMUP = ("name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\n"
+          "train:\n  learning_rate: 0.1\n  batch_size: 2\n  epochs: 5\n  warmup_epochs: 2\n"
+          "  cosine_decay: true\ndataset: synthetic\n")
+
+
+def test_a_rule_broken_by_an_option_names_the_option(fake_compiler, tmp_path):
+    p = write(tmp_path, WARMUP)
+    r = run("train", p, "--epochs", 1, "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {p}:9:3: warmup_epochs (2) exceeds epochs (1) (epochs set by --epochs 1)\n"
+                        f"hint: pass --epochs 2 or more, or lower warmup_epochs\n")
+    r = run("validate", p, "--set", "train.epochs=1")
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {p}:9:3: warmup_epochs (2) exceeds epochs (1) (epochs set by --set train.epochs=1)\n"
+                        f"hint: pass --set train.epochs=2 or more, or lower warmup_epochs\n")
+    r = run("validate", p, "--set", "train.warmup_epochs=7")       # the other side set by an option
+    assert r.exit_code == 2
+    assert r.stderr == ("error: --set train.warmup_epochs: warmup_epochs (7) exceeds epochs (5)\n"
+                        "hint: raise epochs to 7, or pass --set train.warmup_epochs=5 or less\n")
+    r = run("validate", write(tmp_path, WARMUP.replace("  epochs: 5\n", "  epochs: 1\n"), "file.yaml"))
+    assert r.exit_code == 2 and "set by" not in r.stderr and "hint:" not in r.stderr   # all from the file
+    r = run("train", p, "--epochs", -1, "--out", tmp_path / "run")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --epochs: train.epochs: expected an integer")
+    assert fake_compiler == []
+
+
+@pytest.mark.parametrize("cmd", ["info", "render", "eval"])
+def test_batch_option_must_be_positive(tmp_path, cmd):
+    extra = ["--init", tmp_path / "x.npz"] if cmd == "eval" else []
+    r = run(cmd, RECIPE, "--batch", 0, *extra)
+    assert r.exit_code == 2 and r.stderr == "error: --batch must be at least 1, got 0\n"
