@@ -411,3 +411,44 @@ def test_batch_option_must_be_positive(tmp_path, cmd):
     extra = ["--init", tmp_path / "x.npz"] if cmd == "eval" else []
     r = run(cmd, RECIPE, "--batch", 0, *extra)
     assert r.exit_code == 2 and r.stderr == "error: --batch must be at least 1, got 0\n"
+
+
+# ---------------------------------------------------------------- --help
+
+
+COMMANDS = ["validate", "info", "render", "compile", "train", "eval", "plot", "layers", "bench"]
+
+
+def help_text(*args) -> str:
+    r = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_help_has_no_type_placeholders(cmd):
+    """Usage `lmc CMD [OPTIONS] SPEC` (not `{spec}`); flags take no `<bool>`; values show
+    TEXT / PATH / INTEGER as a click CLI does, never typer's `<list[str]>`."""
+    text = help_text(cmd)
+    usage = next(l for l in text.splitlines() if "Usage:" in l)
+    assert "{" not in usage and "<" not in usage
+    assert not re.search(r"<(bool|int|str|path|float|list\[\w+\])>", text), text
+    arg = {"plot": "RUN_DIR", "compile": "SOURCE", "layers": None}.get(cmd, "SPEC")
+    assert usage.rstrip(" │").endswith(f"{cmd} [OPTIONS]" + (f" {arg}" if arg else "")), usage
+    assert re.search(r"--help +Show this message", text)
+
+
+def test_help_shows_the_true_defaults_and_metavars():
+    text = help_text("compile")
+    assert "build/<name>.<backend>.vmfb" in text            # compile_cmd's default output path
+    assert re.search(r"--verbose +Print the compiler command", text)
+    assert re.search(r"--set +TEXT +Override a spec field", text)
+    assert re.search(r"--output +-o +PATH ", text)
+    text = help_text("info")
+    assert re.search(r"--json +Print the same information as JSON", text)
+    assert re.search(r"--batch +INTEGER ", text)
+    text = help_text("train")
+    assert re.search(r"--shuffle +--no-shuffle +Shuffle", text)
+    assert re.search(r"--epochs +INTEGER ", text) and re.search(r"--data +PATH ", text)
+    assert "$IREE_BACKEND" in help_text("render")             # resolve_backend reads it there too
+    assert re.search(r"--version +Print lmc's", help_text())
