@@ -41,12 +41,15 @@ def optimizer_slots(net: TypedNet) -> tuple[str, ...]:
     cfg = net.spec.train
     opt = effective_optimizer(cfg)
     if cfg.use_muon or cfg.use_shampoo:     # the seed's IREE path reads these; refuse, don't ignore
-        raise NotImplementedKind("not implemented yet: use_muon / use_shampoo (lowered: sgd, sgd+momentum, adam/adamw)")
+        raise NotImplementedKind("not implemented yet: use_muon / use_shampoo (lowered: sgd, sgd+momentum, adam/adamw)",
+                                 hint="remove use_muon / use_shampoo and set train.optimizer: sgd or adam")
     if opt == OptimizerKind.adam:
         return ("m", "v")
     if opt == OptimizerKind.sgd:
         return ("momentum",) if cfg.momentum > 0 else ()
-    raise NotImplementedKind(f"not implemented yet: optimizer {opt.value} (lowered: sgd, sgd+momentum, adam/adamw)")
+    raise NotImplementedKind(f"not implemented yet: optimizer {opt.value} (lowered: sgd, sgd+momentum, adam/adamw)",
+                             hint="set train.optimizer: sgd (with momentum: 0.9 for sgd+momentum) or adam "
+                                  "(with weight_decay for adamw)")
 
 
 def abi(net: TypedNet) -> Abi:

@@ -452,3 +452,27 @@ def test_help_shows_the_true_defaults_and_metavars():
     assert re.search(r"--epochs +INTEGER ", text) and re.search(r"--data +PATH ", text)
     assert "$IREE_BACKEND" in help_text("render")             # resolve_backend reads it there too
     assert re.search(r"--version +Print lmc's", help_text())
+
+
+# ---------------------------------------------------------------- hints for what is missing
+
+
+@pytest.mark.parametrize("kind, expects", [
+    ("mnist", "train-images-idx3-ubyte[.gz]"), ("cifar10", "data_batch_1.bin"), ("npz", "keys x [N, ...] and y [N]")])
+def test_missing_data_says_what_is_expected_and_that_lmc_never_downloads(fake_compiler, tmp_path, kind, expects):
+    r = run("train", RECIPE, "--set", f"dataset={kind}", "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    first, hint = r.stderr.splitlines()
+    where = "no such file: data/npz" if kind == "npz" else f"no such directory: data/{kind}"
+    assert first.startswith(f"error: {where}") and expects in first
+    assert hint.startswith("hint: lmc never downloads data: ")
+    assert "--data PATH" in hint and f"dataset: {{kind: {kind}, path: PATH}}" in hint
+    assert "`dataset: digits`" in hint and "`dataset: synthetic`" in hint
+    assert fake_compiler == []
+
+
+def test_unimplemented_optimizer_has_a_hint():
+    r = run("render", RECIPE, "--set", "train.optimizer=rmsprop", "--set", "train.use_adam=false")
+    assert r.exit_code == 2
+    assert r.stderr.splitlines()[1] == ("hint: set train.optimizer: sgd (with momentum: 0.9 for sgd+momentum) "
+                                        "or adam (with weight_decay for adamw)")
