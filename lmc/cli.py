@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,13 +17,62 @@ from rich.table import Table
 
 from .errors import LmcError
 
-app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
+
+class _Argument(typer.core.TyperArgument):
+    def display_type_rich(self, ctx):         # the name says it all: no `<path>` after SPEC
+        return None
+
+    def _usage_display_name(self) -> str:     # `SPEC`, `[RUN_DIR]`: not typer's `{spec}`
+        name = self.metavar or self.name.upper()
+        return name if self.required else f"[{name}]"
+
+
+_METAVARS = {Path: "PATH", int: "INTEGER", float: "FLOAT", str: "TEXT"}
+
+
+def _plain(params):
+    """Help as in a classic click/typer CLI: `lmc train [OPTIONS] SPEC`, flags without a type
+    placeholder, PATH / INTEGER / TEXT after the options that take a value (typer 0.29 writes
+    `{spec}`, `--json <bool>`, `--set <list[str]>`)."""
+    for p in params:
+        if isinstance(p, typer.core.TyperArgument):
+            p.__class__ = _Argument
+            p.metavar = p.metavar or p.name.upper()
+        elif p.metavar is None:
+            t = p.type_descriptor.annotation
+            t = typing.get_args(t)[0] if typing.get_origin(t) is list else t
+            p.metavar = "" if p.is_flag else _METAVARS.get(t, "TEXT")
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        _plain(self.params)
+
+    def get_help_option(self, ctx):
+        opt = super().get_help_option(ctx)
+        return _plain([opt])[0] if opt is not None else None
+
+
+class _Group(typer.core.TyperGroup):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        _plain(self.params)
+
+    def get_help_option(self, ctx):
+        opt = super().get_help_option(ctx)
+        return _plain([opt])[0] if opt is not None else None
+
+
+app = typer.Typer(cls=_Group, rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
                   help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.")
 console = Console()
 # stderr: paths and messages on one line, and never read as rich markup (a path may hold "[/x]")
 err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML).", show_default=False)]
+ChipOpt = Annotated[Optional[str], typer.Option(help="Target chip (default: $IREE_CHIP, else sm_86 for cuda, gfx1100 for rocm, host for llvm-cpu).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
 
 
@@ -41,6 +91,8 @@ def _load(spec: Path, sets, batch=None):
     from .infer import infer
     from .spec import load_spec
     s = load_spec(spec, sets)
+    if batch is not None and batch < 1:     # else infer blames layer 0 for an empty dimension
+        raise LmcError(f"--batch must be at least 1, got {batch}")
     return infer(s, batch)
 
 
@@ -62,17 +114,20 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
-@app.command()
+@app.command(cls=_Command)
 def validate(spec: SpecArg, set: SetOpt = None) -> None:
-    """Parse SPEC and shape-check every layer; exit 0 if it is valid, else print every error
-    (`file:line:col: message`) and exit 2."""
+    """Parse SPEC and shape-check every layer: exit 0 if it is valid, else print every error and exit 2.
+
+    Errors read `file:line:col: message`.  What a valid spec holds that lmc render/train refuse
+    (a layer not lowered yet, a loss, optimizer or recipe switch not implemented) is one warning each."""
+    from .infer import check_recipe_fits
+    from .train import refusals
     with user_errors():
         net = _load(spec, set)
-        from .config import check_against_net
-        s = net.spec
-        if s.train is not None:
-            check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
-                              output_dims=net.output.type.dims, dataset=s.dataset)
+        check_recipe_fits(net)      # the loss against the output, as lower() checks it
+        warnings = refusals(net)
+    for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
+        sys.stderr.write(w.render("warning") + "\n")
     err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
               f"output {net.output.type.shape_str()}")
 
@@ -84,7 +139,7 @@ def _fmt_flops(n: int) -> str:
     return str(n)
 
 
-@app.command()
+@app.command(cls=_Command)
 def info(spec: SpecArg,
          params: Annotated[bool, typer.Option("--params", help="List every parameter tensor (name, shape, init) in ABI order.")] = False,
          as_json: Annotated[bool, typer.Option("--json", help="Print the same information as JSON.")] = False,
@@ -124,12 +179,12 @@ def info(spec: SpecArg,
         console.print(pt)
 
 
-@app.command()
+@app.command(cls=_Command)
 def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
            function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward or all.")] = "all",
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
-           backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu (default), cuda or rocm. Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
+           backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
            set: SetOpt = None) -> None:
     """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
     from .lower import lower
@@ -145,11 +200,11 @@ def render(spec: SpecArg,
         sys.stdout.write(text)
 
 
-@app.command("compile")
+@app.command("compile", cls=_Command)
 def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a StableHLO module (.mlir).")],
-                output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the .vmfb (default: build/<name>.vmfb).")] = None,
+                output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the .vmfb (default: build/<name>.<backend>.vmfb; <name> is the spec's name, then -<build_tag> if it has one, or the .mlir file's stem).")] = None,
                 backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
-                chip: Annotated[Optional[str], typer.Option(help="Target chip: sm_86 (cuda), gfx1100 (rocm), host (llvm-cpu); default $IREE_CHIP.")] = None,
+                chip: ChipOpt = None,
                 verbose: Annotated[bool, typer.Option("--verbose", help="Print the compiler command and keep the .mlir next to the cache entry.")] = False,
                 set: SetOpt = None) -> None:
     """Compile SOURCE with iree-compile (cached by module text, flags and compiler version)."""
@@ -175,10 +230,10 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
     err.print(f"{'cached' if c.cached else 'compiled'} in {c.seconds:.1f}s: {out} ({out.stat().st_size:,} bytes)")
 
 
-@app.command()
+@app.command(cls=_Command)
 def train(spec: SpecArg,
           backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu); the module runs on that backend's device.")] = None,
-          chip: Annotated[Optional[str], typer.Option(help="Target chip: sm_86 (cuda), gfx1100 (rocm), host (llvm-cpu); default $IREE_CHIP.")] = None,
+          chip: ChipOpt = None,
           data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>); a .npz file selects the npz loader.")] = None,
           out: Annotated[Optional[Path], typer.Option(help="Run directory for the checkpoint (last.npz) and metrics.jsonl (default: runs/<spec name>).")] = None,
           epochs: Annotated[Optional[int], typer.Option(help="Train this many epochs instead of the recipe's (same as --set train.epochs=N).")] = None,
@@ -190,15 +245,13 @@ def train(spec: SpecArg,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
+
     Ctrl-C saves a checkpoint at the current step and exits with code 130."""
     from .train import Interrupted, TrainOptions, train as run_training
-    sets = list(set or []) + ([f"train.epochs={epochs}"] if epochs is not None else [])
+    sets = list(set or []) + ([(f"train.epochs={epochs}", "--epochs")] if epochs is not None else [])
     try:
         with user_errors():
             net = _load(spec, sets)
-            from .config import check_against_net
-            if net.spec.train is not None:
-                check_against_net(net.spec.train, net.num_classes, lambda f: net.spec.layers[-1].loc)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every))
             s = run_training(net, opts, err)
@@ -216,11 +269,11 @@ def train(spec: SpecArg,
               f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)
 
 
-@app.command("eval")
+@app.command("eval", cls=_Command)
 def eval_cmd(spec: SpecArg,
              init: Annotated[Path, typer.Option(help="The parameters to score: an lmc checkpoint (RUN_DIR/last.npz), a .npz/.safetensors of named tensors, or a flat .bin.")],
              backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
-             chip: Annotated[Optional[str], typer.Option(help="Target chip: sm_86 (cuda), gfx1100 (rocm), host (llvm-cpu); default $IREE_CHIP.")] = None,
+             chip: ChipOpt = None,
              data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")] = None,
              batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
@@ -237,7 +290,7 @@ def eval_cmd(spec: SpecArg,
         console.print(r.describe(), markup=False, highlight=False)
 
 
-@app.command()
+@app.command(cls=_Command)
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `lmc train` (holds metrics.jsonl).", show_default=False)],
          output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None) -> None:
     """Plot a run's loss and accuracy curves from RUN_DIR/metrics.jsonl into a PNG."""
@@ -247,7 +300,7 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written b
     err.print(f"wrote {path}", markup=False, highlight=False)
 
 
-@app.command()
+@app.command(cls=_Command)
 def layers() -> None:
     """List every registered layer kind with its fields and whether it lowers yet."""
     import dataclasses
@@ -262,17 +315,19 @@ def layers() -> None:
     console.print(t)
 
 
-@app.command("bench")
+@app.command("bench", cls=_Command)
 def bench_cmd(spec: SpecArg,
               backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
-              chip: Annotated[Optional[str], typer.Option(help="Target chip (see `lmc compile --help`).")] = None,
+              chip: ChipOpt = None,
               batch: Annotated[Optional[int], typer.Option(help="Batch size to measure (default: the recipe's).")] = None,
               steps: Annotated[int, typer.Option(help="Timed train steps after 3 warm-up steps.")] = 20,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
               set: SetOpt = None) -> None:
-    """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes:
-    compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s, peak memory."""
+    """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
+
+    Measures compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s
+    and peak memory."""
     from .bench import DeviceMissing, bench
     with user_errors():
         net = _load(spec, set, batch)

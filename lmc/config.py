@@ -287,8 +287,23 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     from .errors import MultiError
     errs = []
 
-    def err(msg, at):
-        errs.append(SpecError(msg, loc_of(at)))
+    def flag(name):     # the option that set `name` on the command line, else None
+        at = loc_of(name)
+        return at if at is not None and at.is_flag else None
+
+    def err(msg, at, also=(), hint=None):
+        for name in also:   # the other field of the rule, if an option set it: say which
+            if flag(name):
+                msg += f" ({name} set by {flag(name).flag_with(getattr(cfg, name))})"
+        errs.append(SpecError(msg, loc_of(at), hint=hint))
+
+    def fix(name, need, other, most):   # a hint when an option set either side of `other` <= `name`
+        f, o = flag(name), flag(other)
+        if not (f or o):
+            return None
+        up = f"pass {f.flag_with(need)} or more" if f else f"raise {name} to {need}"
+        down = f"pass {o.flag_with(most)} or less" if o else f"lower {other}"
+        return f"{up}, or {down}"
 
     ds = getattr(dataset, "value", dataset)
     loss = effective_loss(cfg, ds)
@@ -299,9 +314,10 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
             hint = "; for segmentation use loss_kind: {per_pixel_focal_ce: {gamma: 2}}" if loss.is_seg else ""
             err(f"use_focal needs integer labels (class_ce), but the loss is {loss}{hint}", "use_focal")
         if cfg.label_smoothing != 0.0 and loss.kind == "class_ce":
-            err("use_focal requires label_smoothing = 0 (focal mixes poorly with smoothing)", "label_smoothing")
+            err("use_focal requires label_smoothing = 0 (focal mixes poorly with smoothing)", "label_smoothing",
+                also=("use_focal",))
     if cfg.use_swag and not cfg.use_swa:
-        err("use_swag requires use_swa: true", "use_swag")
+        err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
     if cfg.use_yolov1 and cfg.loss_kind.kind not in ("class_ce", "yolov1_masked"):
         err(f"use_yolov1 conflicts with loss_kind {cfg.loss_kind}", "loss_kind")
     if loss.kind == "yolov1_masked" and soft_aug:
@@ -321,13 +337,16 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     if ds in SEG_DATASETS and not loss.is_seg:
         err(f"dataset {ds} has per-pixel labels and needs a per_pixel_* loss, not {loss}", "loss_kind")
     if cfg.use_muon and cfg.use_shampoo:
-        err("use_muon and use_shampoo are exclusive", "use_shampoo")
+        err("use_muon and use_shampoo are exclusive", "use_shampoo", also=("use_muon",))
     if cfg.bf16_conv and not cfg.bf16:
-        err("bf16_conv is only meaningful with bf16: true", "bf16_conv")
+        err("bf16_conv is only meaningful with bf16: true", "bf16_conv", also=("bf16",))
     if cfg.warmup_epochs > cfg.epochs:
-        err(f"warmup_epochs ({cfg.warmup_epochs}) exceeds epochs ({cfg.epochs})", "warmup_epochs")
+        err(f"warmup_epochs ({cfg.warmup_epochs}) exceeds epochs ({cfg.epochs})", "warmup_epochs",
+            also=("epochs",), hint=fix("epochs", cfg.warmup_epochs, "warmup_epochs", cfg.epochs))
     if cfg.use_swa and cfg.swa_start_epoch >= max(cfg.epochs, 1):
-        err(f"swa_start_epoch ({cfg.swa_start_epoch}) must be < epochs ({cfg.epochs})", "swa_start_epoch")
+        err(f"swa_start_epoch ({cfg.swa_start_epoch}) must be < epochs ({cfg.epochs})", "swa_start_epoch",
+            also=("epochs",), hint=fix("epochs", cfg.swa_start_epoch + 1, "swa_start_epoch",
+                                         max(cfg.epochs, 1) - 1))
     if errs:
         raise errs[0] if len(errs) == 1 else MultiError(errs)
 

@@ -18,6 +18,15 @@ class Loc:
             return f"{self.file}:{self.line}:{self.col or 1}"
         return self.file
 
+    @property
+    def is_flag(self) -> bool:
+        """A value set on the command line: `file` names the option (`--epochs`, `--set train.epochs`)."""
+        return not self.line and self.file.startswith("--")
+
+    def flag_with(self, value) -> str:
+        """How to pass `value` by the same option: `--epochs 2`, `--set train.epochs=2`."""
+        return f"{self.file}={value}" if self.file.startswith("--set ") else f"{self.file} {value}"
+
 
 class LmcError(Exception):
     """Base of every user-facing error."""
@@ -34,9 +43,10 @@ class LmcError(Exception):
             self.loc = loc
         return self
 
-    def render(self) -> str:
+    def render(self, label: str = "error") -> str:
+        """`error: file:line:col: message` (or `warning: …`), then `hint: …` if there is one."""
         where = f"{self.loc}: " if self.loc else ""
-        text = f"error: {where}{self.message}"
+        text = f"{label}: {where}{self.message}"
         if self.hint:
             text += f"\nhint: {self.hint}"
         return text
@@ -56,8 +66,8 @@ class MultiError(LmcError):
         super().__init__("; ".join(e.message for e in errors))
         self.errors = errors
 
-    def render(self) -> str:
-        return "\n".join(e.render() for e in self.errors)
+    def render(self, label: str = "error") -> str:
+        return "\n".join(e.render(label) for e in self.errors)
 
 
 class ShapeError(LmcError):

@@ -110,6 +110,19 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
     return TypedNet(spec, batch, x0.type, g, infos, x)
 
 
+def check_recipe_fits(net: TypedNet) -> None:
+    """The recipe against the inferred net (config.check_against_net): the loss's label layout
+    against the output's rank, the class count of weights and priors.  One check for every path:
+    `lmc validate` runs it, lower() before rendering a @train_step (render, compile, bench; a
+    class_ce loss on a rank-4 output would not compile) and Trainer before anything else."""
+    s = net.spec
+    if s.train is None:
+        return
+    from .config import check_against_net
+    check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
+                      output_dims=net.output.type.dims, dataset=s.dataset)
+
+
 def _prefixed(p, prefix):
     import dataclasses
     return dataclasses.replace(p, name=prefix + p.name) if not p.name.startswith(prefix) else p

@@ -25,7 +25,7 @@ import numpy as np
 from .config import effective_loss
 from .errors import NotImplementedKind, SpecError
 from .graph import Node
-from .infer import TypedNet
+from .infer import TypedNet, check_recipe_fits
 from .losses import Loss, make_loss
 from .optim import GLOBAL_HP, Optimizer, assign
 from .render import render_prim, render_template, sig
@@ -103,6 +103,11 @@ def abi(net: TypedNet) -> Abi:
         loss = make_loss(kind)
     except NotImplementedKind as e:
         raise e.located(net.spec.loc("train", "loss_kind"))
+    refused = loss.refused(cfg)
+    if refused:
+        raise NotImplementedKind(f"not implemented yet: {', '.join('train.' + f for f in refused)} "
+                                 f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
+                                 hint="remove the field from the recipe (or set it to its default)")
     why = loss.check_output(out)
     if why:
         raise SpecError(why, net.spec.loc("train", "loss_kind"), hint=loss.rank_hint)
@@ -194,11 +199,26 @@ class _Emitter:
         return [f"{base}#{i}" for i in range(len(results))]
 
 
-def _check_lowerable(net: TypedNet):
+def unsupported(net: TypedNet, functions: str = "all") -> list:
+    """Everything in a valid spec that `lower(net, functions)` refuses, as located errors (all
+    of them, not just the first): layers with no lowering yet and, for @train_step, the loss and
+    optimizer.  The one definition of "what will not render": lower() raises the first item,
+    `lmc validate` prints each as a warning, `lmc train` checks them before loading any data."""
+    from .errors import LmcError
+    errs = []
     for l in net.layers:
         if not l.lowered:
-            raise NotImplementedKind(f"not implemented yet: {l.kind} (layer {l.index}); "
-                                     f"`lmc info` counts it but it cannot be lowered to StableHLO yet", l.loc)
+            errs.append(NotImplementedKind(
+                f"not implemented yet: {l.kind} (layer {l.index}): `lmc info` counts it, but it is not lowered "
+                f"to StableHLO, so lmc render, compile and train refuse it", l.loc,
+                hint="`lmc layers` lists the kinds that lower"))
+    cfg = net.spec.train
+    if functions in ("all", "train_step") and cfg is not None:
+        try:
+            abi(net)               # asks the loss and optimizer registries; errors come located
+        except LmcError as e:
+            errs.append(e)
+    return errs
 
 
 def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> str:
@@ -206,7 +226,11 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
     @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
     backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
     `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS)."""
-    _check_lowerable(net)
+    if functions in ("all", "train_step"):
+        check_recipe_fits(net)
+    errs = unsupported(net, functions)
+    if errs:
+        raise errs[0]
     em = _Emitter(net)
     bodies = []
     if functions in ("all", "train_step"):

@@ -65,16 +65,19 @@ class NetSpec:
         return self.input[2] if len(self.input) == 3 else 1
 
 
-def apply_overrides(data: Any, overrides: list[str], file: str, locs: dict | None = None) -> Any:
+def apply_overrides(data: Any, overrides: list, file: str, locs: dict | None = None) -> Any:
     """`--set train.epochs=3`, `--set layers.2.conv_bn.oc=64`: the value is read as YAML, by the
     same loader as the file (an empty value is null).  A positional layer
     (`conv_bn: [3, 8, 3]`) can be set by field name.  Errors in a set value are located at
-    the `--set` itself, not at the line it replaced."""
+    the `--set` itself, not at the line it replaced.  An item may be a pair (`key=value`, option)
+    for a value another option sets (`("train.epochs=1", "--epochs")`): errors then name that option."""
     for item in overrides or []:
+        item, flag = item if isinstance(item, tuple) else (item, None)
         if "=" not in item:
             raise SpecError(f"--set expects key=value, got {show(item)}")
         key, text = item.split("=", 1)
-        value = load_yaml(text.strip(), f"--set {key}")[0] if text.strip() else None
+        origin = flag or f"--set {key}"
+        value = load_yaml(text.strip(), origin)[0] if text.strip() else None
         parts = [p for p in key.strip().split(".")]
         if not key.strip() or "" in parts:
             raise SpecError(f"--set {show(item)}: expected a dotted key such as train.epochs")
@@ -99,7 +102,7 @@ def apply_overrides(data: Any, overrides: list[str], file: str, locs: dict | Non
                 raise SpecError(f"--set {key}: {'.'.join(parts[:i])} is {show(node)}, not a mapping or list")
             path += (p,)
             if locs is not None and path not in locs:
-                locs[path] = Loc(f"--set {key}")    # a mapping the override created
+                locs[path] = Loc(origin)    # a mapping the override created
             if last:
                 node[p] = value
             else:
@@ -107,7 +110,7 @@ def apply_overrides(data: Any, overrides: list[str], file: str, locs: dict | Non
         if locs is not None:
             for k in [k for k in locs if k[:len(path)] == path]:
                 del locs[k]
-            locs[path] = Loc(f"--set {key}")
+            locs[path] = Loc(origin)
     return data
 
 
@@ -125,7 +128,7 @@ def _positional_to_mapping(kind: str, values: list, path: tuple, locs: dict | No
     return dict(zip(names, values))
 
 
-def load_spec(path: str | Path, overrides: list[str] | None = None, text: str | None = None) -> NetSpec:
+def load_spec(path: str | Path, overrides: list | None = None, text: str | None = None) -> NetSpec:
     """Read, parse and type-check a spec; every error found is raised at once (MultiError)."""
     file = str(path)
     if text is None:

@@ -3,7 +3,8 @@
 Input: a TypedNet with a `train:` recipe and TrainOptions (backend, data, run directory, …).
 Output: RUN_DIR/last.npz (checkpoint, lmc/checkpoint.py) and RUN_DIR/metrics.jsonl.
 
-Flow: load data → lower → compile (cached) → load the module on the backend's device →
+Flow: refuse what will not run (`refusals`: unlowered layers, loss, optimizer, recipe
+switches) → lower → load data → compile (cached) → load the module on the backend's device →
 initialize (lmc/init.py; bootstrap; --init) or restore (--resume) → upload parameters,
 optimizer state and BN statistics once → per step: lr from the schedule, one `@train_step` call
 whose results (device arrays) are fed straight back; nothing comes to the host per step except
@@ -30,8 +31,9 @@ import numpy as np
 
 from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash, save_checkpoint
 from .config import TRAIN_FIELDS
-from .errors import DataError, LmcError, TrainError
+from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
+from .infer import check_recipe_fits
 from .init import init_tensors
 from .schedule import learning_rate, schedule_name
 
@@ -89,6 +91,20 @@ def check_recipe(cfg) -> None:
                          hint="remove these fields from the recipe (or set them to their defaults)")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
         raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
+
+
+def refusals(net) -> list[LmcError]:
+    """What `lmc train` refuses in a valid spec, every item located: what lower.unsupported
+    lists (unlowered layers, loss, optimizer) and the recipe switches check_recipe refuses.
+    Trainer raises them before touching data or the compiler; `lmc validate` warns of each."""
+    from .lower import unsupported
+    errs = unsupported(net)
+    if net.spec.train is not None:
+        try:
+            check_recipe(net.spec.train)
+        except LmcError as e:
+            errs.append(e.located(net.spec.loc("train")))
+    return errs
 
 
 def load_data(net, data: Path | None, seed: int):
@@ -159,7 +175,10 @@ class Trainer:
         if cfg is None:
             raise TrainError(f"{net.spec.file}: the spec has no `train:` recipe",
                              hint="add train: {learning_rate: …, batch_size: …, epochs: …}")
-        check_recipe(cfg)
+        check_recipe_fits(net)
+        errs = refusals(net)
+        if errs:
+            raise errs[0] if len(errs) == 1 else MultiError(errs)
         self.abi = abi(net)
         self.out = Path(opts.out) if opts.out else Path("runs") / net.spec.name
         self.ckpt_path = self.out / CHECKPOINT
@@ -189,6 +208,7 @@ class Trainer:
         from .runtime import Module
         net, cfg, opts = self.net, self.cfg, self.opts
         self.backend = resolve_backend(opts.backend)
+        text = lower(net, backend=self.backend)     # before the data: a refusal costs no loading
         self.resumed = None
         if opts.resume:
             if not self.ckpt_path.exists():
@@ -250,7 +270,7 @@ class Trainer:
             opt_state = self.abi.initial_opt()
             self.step, self.epoch, self.batch = 0, 0, 0
         t0 = time.time()
-        c = compile_module(lower(net, backend=self.backend), None, self.backend, opts.chip)
+        c = compile_module(text, None, self.backend, opts.chip)
         self.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
         self.module = Module(c.path, self.backend)
         up = self.module.upload

@@ -292,3 +292,186 @@ def test_user_text_is_not_read_as_markup(tmp_path):
         assert run(cmd, p).exit_code == 0
     r = run("validate", write(d, MLP.read_text().replace("name: mlp", "name: '[/x]'"), "n.yaml"))
     assert r.exit_code == 2 and "[/x]" in r.stderr
+
+
+# ---------------------------------------------------------------- what will not run
+
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+
+def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
+    """A valid spec exits 0, but every item lmc render/train would refuse is one located warning."""
+    r = run("validate", SPECS / "vit_tiny.yaml")
+    assert r.exit_code == 0
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
+    assert warnings == [
+        f"warning: {SPECS / 'vit_tiny.yaml'}:7:5: not implemented yet: patch_embed (layer 0): `lmc info` counts "
+        f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it",
+        f"warning: {SPECS / 'vit_tiny.yaml'}:8:5: not implemented yet: transformer_encoder (layer 1): `lmc info` "
+        f"counts it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it"]
+    assert r.stderr.splitlines()[-1].endswith("ok — 3 layers, 5,526,346 parameters, output [32, 10]")
+    # recipe refusals (train.check_recipe) and a loss with no module in lmc/losses yet
+    r = run("validate", RECIPE, "--set", "train.use_tta=true", "--set", "train.loss_kind=bce")
+    assert r.exit_code == 0
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("warning: --set train.loss_kind: not implemented yet: loss bce")
+    assert warnings[1] == f"warning: {RECIPE}:10:1: not implemented yet in lmc train: train.use_tta"
+    # and what validate warns of is exactly what render refuses
+    r2 = run("render", RECIPE, "--set", "train.loss_kind=bce")
+    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.loss_kind: not implemented yet")
+    r = run("validate", RECIPE)
+    assert r.exit_code == 0 and "warning:" not in r.stderr
+
+
+def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path):
+    """vit_tiny's data directory does not exist here: the refusal must come first, without
+    reading any data or compiling."""
+    import lmc.train as tr
+    loaded = []
+    monkeypatch.setattr(tr, "load_data", lambda *a: loaded.append(a) or _raise(AssertionError("data loaded")))
+    r = run("train", SPECS / "vit_tiny.yaml", "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"error: {SPECS / 'vit_tiny.yaml'}:7:5: not implemented yet: patch_embed (layer 0)")
+    assert "transformer_encoder (layer 1)" in r.stderr          # every refusal, not just the first
+    assert "no such directory" not in r.stderr
+    assert loaded == [] and fake_compiler == []
+    # a recipe switch lmc train refuses is also caught before the data
+    r = run("train", RECIPE, "--set", "train.use_tta=true", "--out", tmp_path / "run")
+    assert r.exit_code == 2 and "not implemented yet in lmc train: train.use_tta" in r.stderr
+    assert loaded == [] and fake_compiler == []
+
+
+def _raise(e):
+    raise e
+
+
+CONV_HEAD = ("name: convhead\ninput: {channels: 1, height: 8, width: 8}\nlayers:\n"
+             "  - conv2d: {ic: 1, oc: 10, k_size: 3}\n"
+             "train: {learning_rate: 0.1, batch_size: 4, epochs: 1}\ndataset: synthetic\n")
+
+
+@pytest.mark.parametrize("cmd", ["validate", "render", "compile", "train"])
+def test_every_command_checks_the_loss_against_the_output(fake_compiler, tmp_path, cmd):
+    """class_ce on a rank-4 output: the same located error from validate, render, compile and
+    train (it once rendered a module that iree-compile rejected), before any compile."""
+    p = write(tmp_path, CONV_HEAD)
+    r = run(cmd, p)
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {p}:5:1: class_ce needs logits [batch, classes], but the net's output is "
+                        f"[4, 10, 8, 8]\nhint: end the net with global_avg_pool or flatten, then dense\n")
+    assert r.stdout == "" and fake_compiler == []
+    assert run("info", p).exit_code == 0          # info still shows the shapes the error is about
+
+
+def test_lower_refuses_a_loss_the_output_cannot_feed(tmp_path):
+    from lmc.errors import SpecError
+    from lmc.infer import infer
+    from lmc.lower import lower
+    from lmc.spec import load_spec
+    net = infer(load_spec(write(tmp_path, CONV_HEAD)))
+    with pytest.raises(SpecError, match="class_ce needs logits"):
+        lower(net)
+    assert "func.func @forward(" in lower(net, "forward")      # the forward alone is fine
+
+
+# ---------------------------------------------------------------- values set by options
+
+
+WARMUP = ("name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\n"
+          "train:\n  learning_rate: 0.1\n  batch_size: 2\n  epochs: 5\n  warmup_epochs: 2\n"
+          "  cosine_decay: true\ndataset: synthetic\n")
+
+
+def test_a_rule_broken_by_an_option_names_the_option(fake_compiler, tmp_path):
+    p = write(tmp_path, WARMUP)
+    r = run("train", p, "--epochs", 1, "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {p}:9:3: warmup_epochs (2) exceeds epochs (1) (epochs set by --epochs 1)\n"
+                        f"hint: pass --epochs 2 or more, or lower warmup_epochs\n")
+    r = run("validate", p, "--set", "train.epochs=1")
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {p}:9:3: warmup_epochs (2) exceeds epochs (1) (epochs set by --set train.epochs=1)\n"
+                        f"hint: pass --set train.epochs=2 or more, or lower warmup_epochs\n")
+    r = run("validate", p, "--set", "train.warmup_epochs=7")       # the other side set by an option
+    assert r.exit_code == 2
+    assert r.stderr == ("error: --set train.warmup_epochs: warmup_epochs (7) exceeds epochs (5)\n"
+                        "hint: raise epochs to 7, or pass --set train.warmup_epochs=5 or less\n")
+    r = run("validate", write(tmp_path, WARMUP.replace("  epochs: 5\n", "  epochs: 1\n"), "file.yaml"))
+    assert r.exit_code == 2 and "set by" not in r.stderr and "hint:" not in r.stderr   # all from the file
+    r = run("train", p, "--epochs", -1, "--out", tmp_path / "run")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --epochs: train.epochs: expected an integer")
+    assert fake_compiler == []
+
+
+@pytest.mark.parametrize("cmd", ["info", "render", "eval"])
+def test_batch_option_must_be_positive(tmp_path, cmd):
+    extra = ["--init", tmp_path / "x.npz"] if cmd == "eval" else []
+    r = run(cmd, RECIPE, "--batch", 0, *extra)
+    assert r.exit_code == 2 and r.stderr == "error: --batch must be at least 1, got 0\n"
+
+
+# ---------------------------------------------------------------- --help
+
+
+COMMANDS = ["validate", "info", "render", "compile", "train", "eval", "plot", "layers", "bench"]
+
+
+def help_text(*args) -> str:
+    r = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_help_has_no_type_placeholders(cmd):
+    """Usage `lmc CMD [OPTIONS] SPEC` (not `{spec}`); flags take no `<bool>`; values show
+    TEXT / PATH / INTEGER as a click CLI does, never typer's `<list[str]>`."""
+    text = help_text(cmd)
+    usage = next(l for l in text.splitlines() if "Usage:" in l)
+    assert "{" not in usage and "<" not in usage
+    assert not re.search(r"<(bool|int|str|path|float|list\[\w+\])>", text), text
+    arg = {"plot": "RUN_DIR", "compile": "SOURCE", "layers": None}.get(cmd, "SPEC")
+    assert usage.rstrip(" │").endswith(f"{cmd} [OPTIONS]" + (f" {arg}" if arg else "")), usage
+    assert re.search(r"--help +Show this message", text)
+
+
+def test_help_shows_the_true_defaults_and_metavars():
+    text = help_text("compile")
+    assert "build/<name>.<backend>.vmfb" in text            # compile_cmd's default output path
+    assert re.search(r"--verbose +Print the compiler command", text)
+    assert re.search(r"--set +TEXT +Override a spec field", text)
+    assert re.search(r"--output +-o +PATH ", text)
+    text = help_text("info")
+    assert re.search(r"--json +Print the same information as JSON", text)
+    assert re.search(r"--batch +INTEGER ", text)
+    text = help_text("train")
+    assert re.search(r"--shuffle +--no-shuffle +Shuffle", text)
+    assert re.search(r"--epochs +INTEGER ", text) and re.search(r"--data +PATH ", text)
+    assert "$IREE_BACKEND" in help_text("render")             # resolve_backend reads it there too
+    assert re.search(r"--version +Print lmc's", help_text())
+
+
+# ---------------------------------------------------------------- hints for what is missing
+
+
+@pytest.mark.parametrize("kind, expects", [
+    ("mnist", "train-images-idx3-ubyte[.gz]"), ("cifar10", "data_batch_1.bin"), ("npz", "keys x [N, ...] and y [N]")])
+def test_missing_data_says_what_is_expected_and_that_lmc_never_downloads(fake_compiler, tmp_path, kind, expects):
+    r = run("train", RECIPE, "--set", f"dataset={kind}", "--out", tmp_path / "run")
+    assert r.exit_code == 2
+    first, hint = r.stderr.splitlines()
+    where = "no such file: data/npz" if kind == "npz" else f"no such directory: data/{kind}"
+    assert first.startswith(f"error: {where}") and expects in first
+    assert hint.startswith("hint: lmc never downloads data: ")
+    assert "--data PATH" in hint and f"dataset: {{kind: {kind}, path: PATH}}" in hint
+    assert "`dataset: digits`" in hint and "`dataset: synthetic`" in hint
+    assert fake_compiler == []
+
+
+def test_unimplemented_loss_has_a_hint():
+    r = run("render", RECIPE, "--set", "train.loss_kind=bce")
+    assert r.exit_code == 2
+    hint = r.stderr.splitlines()[1]
+    assert hint.startswith("hint: lowered losses: ") and "class_ce" in hint and "bce" not in hint

@@ -522,3 +522,17 @@ def test_eval_batches_cover_every_row_once(n, batch):
     assert len(out) == -(-n // batch)
     assert all(xb.shape == (batch, 2) and 0 < k <= batch for xb, _, k in out)
     np.testing.assert_array_equal(np.concatenate([xb[:k] for xb, _, k in out] or [x]), x)
+
+
+@pytest.mark.parametrize("kind, shape, where", [
+    ("mnist", (1, 28, 28), "yann.lecun.com/exdb/mnist"), ("cifar10", (3, 32, 32), "cifar-10-binary.tar.gz"),
+    ("imagenette", (3, 32, 32), "imagenette2-320.tgz"), ("npz", (4,), "numpy.savez(PATH, x=x, y=y)")])
+def test_missing_dataset_hint_says_where_files_come_from(tmp_path, kind, shape, where):
+    with pytest.raises(DataError) as info:
+        load_dataset(kind, tmp_path / ("nope.npz" if kind == "npz" else "nope"), shape, 10)
+    hint = info.value.hint
+    assert hint.startswith("lmc never downloads data: ") and where in hint, hint
+    assert "--data PATH" in hint and "`dataset: digits`" in hint
+    with pytest.raises(DataError) as info:
+        load_dataset(kind, None, shape, 10)
+    assert "--data PATH" in info.value.hint and "never downloads" in info.value.hint

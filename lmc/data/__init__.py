@@ -66,7 +66,9 @@ def _load(kind, path, input_shape, num_classes, seed, options) -> Dataset:
     if kind == "digits":
         return digits.load()
     if path is None:
-        raise DataError(f"dataset kind {kind} needs a data path")
+        raise DataError(f"dataset kind {kind} needs a data path",
+                        hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "
+                             f"lmc never downloads data (`dataset: digits` and `dataset: synthetic` need no files)")
     path = Path(path).expanduser()
     if kind == "imagenette":
         return imagenette.load(path, input_shape)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset
+from lmc.data.dataset import Dataset, fetch_hint
 from lmc.errors import DataError
 
 TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
@@ -20,23 +20,25 @@ SUBFOLDERS = ("", "cifar-10-batches-bin", "cifar-10")
 RECORD = 1 + 3 * 32 * 32
 EXPECTED = ("expected cifar-10 binary files data_batch_1.bin .. data_batch_5.bin and test_batch.bin "
             "in it or in its cifar-10-batches-bin/ or cifar-10/ subfolder")
+HINT = fetch_hint("cifar10", "extract the binary version, cifar-10-binary.tar.gz from "
+                             "https://www.cs.toronto.edu/~kriz/cifar.html (not the python or matlab one)")
 
 
 def find_root(path: Path) -> Path:
     """The folder holding the .bin files: DIR itself or one of the known subfolders."""
     if not path.is_dir():
-        raise DataError(f"no such directory: {path}, {EXPECTED}")
+        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=HINT)
     for sub in SUBFOLDERS:
         root = path / sub if sub else path
         if (root / VAL_FILE).is_file() or (root / TRAIN_FILES[0]).is_file():
             return root
-    raise DataError(f"{path}: no cifar-10 files found; {EXPECTED}")
+    raise DataError(f"{path}: no cifar-10 files found; {EXPECTED}", hint=HINT)
 
 
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 [n, 3, 32, 32], labels uint8 [n]) of one .bin file."""
     if not path.is_file():
-        raise DataError(f"{path}: missing cifar-10 file; {EXPECTED}")
+        raise DataError(f"{path}: missing cifar-10 file; {EXPECTED}", hint=HINT)
     try:
         raw = np.fromfile(path, dtype=np.uint8)
     except OSError as e:

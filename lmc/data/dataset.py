@@ -49,6 +49,14 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
 
+def fetch_hint(kind: str, source: str) -> str:
+    """The hint for missing dataset files: lmc never downloads; where `kind`'s files come from,
+    how to point lmc at them, and the two kinds that need no files at all."""
+    return (f"lmc never downloads data: {source}; then pass --data PATH or set the spec's "
+            f"`dataset: {{kind: {kind}, path: PATH}}` (default data/{kind}).  "
+            f"`dataset: digits` (embedded 8x8 digits) and `dataset: synthetic` need no files")
+
+
 def fit_shape(x: np.ndarray, input_shape: tuple[int, ...], source: str) -> np.ndarray:
     """Return x viewed as [N, *input_shape].
 

@@ -17,13 +17,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from lmc.data.dataset import Dataset
+from lmc.data.dataset import Dataset, fetch_hint
 from lmc.errors import DataError
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 EXTENSIONS = {".jpeg", ".jpg", ".png"}
 EXPECTED = "expected an image tree DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg"
+HINT = fetch_hint("imagenette", "extract imagenette2-320.tgz (https://github.com/fastai/imagenette), which "
+                                "holds train/ and val/ — or lay out any images as DIR/{train,val}/<class>/")
 
 
 def train_size(h: int, w: int) -> tuple[int, int]:
@@ -34,7 +36,7 @@ def train_size(h: int, w: int) -> tuple[int, int]:
 def list_images(split_dir: Path, classes: list[str] | None) -> tuple[list[Path], list[int], list[str]]:
     """(paths, labels, classes) of one split.  classes=None: take them from the folder names."""
     if not split_dir.is_dir():
-        raise DataError(f"no such directory: {split_dir}, {EXPECTED}")
+        raise DataError(f"no such directory: {split_dir}, {EXPECTED}", hint=HINT)
     found = sorted(p.name for p in split_dir.iterdir() if p.is_dir())
     if classes is None:
         classes = found
@@ -52,7 +54,7 @@ def list_images(split_dir: Path, classes: list[str] | None) -> tuple[list[Path],
                 paths.append(p)
                 labels.append(label)
     if not paths:
-        raise DataError(f"{split_dir}: no .jpg/.jpeg/.png images in any class folder; {EXPECTED}")
+        raise DataError(f"{split_dir}: no .jpg/.jpeg/.png images in any class folder; {EXPECTED}", hint=HINT)
     return paths, labels, classes
 
 
@@ -94,7 +96,7 @@ def load(path: Path, input_shape: tuple[int, ...]) -> Dataset:
         raise DataError(f"{path}: imagenette gives RGB images [3, H, W] but the spec's input is "
                         f"{tuple(input_shape)}", hint="give the spec an input of shape [3, H, W]")
     if not path.is_dir():
-        raise DataError(f"no such directory: {path}, {EXPECTED}")
+        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=HINT)
     h, w = int(input_shape[1]), int(input_shape[2])
     train_paths, y_train, classes = list_images(path / "train", None)
     val_paths, y_val, _ = list_images(path / "val", classes)

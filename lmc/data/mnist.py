@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset
+from lmc.data.dataset import Dataset, fetch_hint
 from lmc.errors import DataError
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -20,6 +20,8 @@ FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
 IMAGES_MAGIC = 2051     # 0x00000803: unsigned bytes, 3 dimensions
 LABELS_MAGIC = 2049     # 0x00000801: unsigned bytes, 1 dimension
 EXPECTED = "expected mnist idx files " + ", ".join(f"{f}[.gz]" for f in FILES)
+HINT = fetch_hint("mnist", "put the four IDX files (from http://yann.lecun.com/exdb/mnist/ or a mirror, "
+                           "e.g. https://ossci-datasets.s3.amazonaws.com/mnist/) in one directory")
 
 
 def find(directory: Path, name: str) -> Path:
@@ -27,7 +29,7 @@ def find(directory: Path, name: str) -> Path:
     for candidate in (directory / name, directory / f"{name}.gz"):
         if candidate.is_file():
             return candidate
-    raise DataError(f"{directory}: missing mnist file {name}[.gz]; {EXPECTED}")
+    raise DataError(f"{directory}: missing mnist file {name}[.gz]; {EXPECTED}", hint=HINT)
 
 
 def read_bytes(path: Path) -> bytes:
@@ -77,7 +79,7 @@ def load_split(directory: Path, images_name: str, labels_name: str):
 
 def load(path: Path) -> Dataset:
     if not path.is_dir():
-        raise DataError(f"no such directory: {path}, {EXPECTED}")
+        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=HINT)
     x_train, y_train, *train_src = load_split(path, FILES[0], FILES[1])
     x_val, y_val, *val_src = load_split(path, FILES[2], FILES[3])
     sources = dict(zip(("x_train", "y_train", "x_val", "y_val"), (*train_src, *val_src)))

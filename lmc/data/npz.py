@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset
+from lmc.data.dataset import Dataset, fetch_hint
 from lmc.data.split import holdout
 from lmc.errors import DataError
 
@@ -24,7 +24,9 @@ EXPECTED = "expected keys x [N, ...] and y [N], optionally x_val and y_val"
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise DataError(f"no such file: {path}, expected a .npz file with keys x [N, ...] and y [N] "
-                        f"(optionally x_val and y_val)")
+                        f"(optionally x_val and y_val)",
+                        hint=fetch_hint("npz", "write the file yourself, numpy.savez(PATH, x=x, y=y) "
+                                               "(and x_val=, y_val= for a fixed validation split)"))
     try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}

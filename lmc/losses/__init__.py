@@ -54,6 +54,11 @@ class Loss:
             return (f"{self.kind} needs logits [batch, classes], but the net's output is {list(out.dims)}")
         return None
 
+    def refused(self, cfg) -> list[str]:
+        """Recipe fields that modify this loss but are not implemented yet (refused, never
+        ignored): `lmc render` and `lmc train` stop with `not implemented yet: <field>`."""
+        return []
+
     def labels(self, out: TensorType) -> TensorType:
         """The label tensor of @train_step for logits of type `out`."""
         raise NotImplementedError

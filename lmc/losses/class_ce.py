@@ -13,6 +13,9 @@ class ClassCE(Loss):
     hp = ("label_smoothing",)
     examples = [({}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})])]
 
+    def refused(self, cfg):
+        return ["use_focal"] if cfg.use_focal else []
+
     def labels(self, out):
         return i32(out.dims[0])
 
