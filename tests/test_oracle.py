@@ -450,3 +450,89 @@ def test_forward_eval():
     failures = []
     _compare("forward (eval)", y, want, RTOL["state"] * float(np.max(np.abs(want))), failures)
     assert not failures, failures[0]
+
+
+# ----------------------------------------------------------------------------- accumulation
+
+ACCUM_K = 2
+
+
+def _accum_run(layers, x_dims, style, train, xs, ys, k):
+    """Run @grad_step over the micro-batches (xs[i], ys[i]) and one @apply_step per k of them
+    (k = 1: the fused @train_step on each); returns (P, O, S, losses) as host arrays."""
+    net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style,
+                                                              {**train, "grad_accum_steps": k})))
+    a = abi(net)
+    mod = _module(lower(net, "train_step"))
+    P, S = _init(net, np.random.default_rng(0))
+    P, S = [P[p.name] for p in net.params], [S[s.name] for s in net.state]
+    O, G = a.initial_opt(), [np.zeros(p.type.dims, np.float32) for p in net.params]
+    cfg, nP, nO, nS = net.spec.train, len(P), len(a.opt), len(S)
+    losses = []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        hp = a.hp_vector(cfg, cfg.learning_rate, i // k + 1)
+        if k == 1:
+            out = [np.asarray(r) for r in mod.train_step(*P, *O, *S, x, y, hp)]
+            P, O, S = out[:nP], out[nP:nP + nO], out[nP + nO:-2]
+        else:
+            out = [np.asarray(r) for r in mod.grad_step(*P, *S, *G, x, y, hp)]
+            G, S = out[:nP], out[nP:nP + nS]
+            if (i + 1) % k == 0:
+                res = [np.asarray(r) for r in mod.apply_step(*P, *O, *G, hp)]
+                P, O, G = res[:nP], res[nP:nP + nO], res[nP + nO:]
+                assert all(not g.any() for g in G), "apply_step must zero the accumulators"
+        losses.append(float(out[-2]))
+    return net, a, P, O, S, losses
+
+
+def test_grad_accum_equals_one_large_batch():
+    """Without BN, k micro-batches of B then one update == one fused step on the k·B batch."""
+    _, layers, (b, f), style = GRID_NET
+    train = {"learning_rate": 0.01, "use_adam": True, "weight_decay": 0.05}
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((ACCUM_K * b, f)).astype(np.float32)
+    y = rng.integers(0, NC, ACCUM_K * b).astype(np.int32)
+    _, _, P1, O1, _, l1 = _accum_run(layers, (ACCUM_K * b, f), style, train, [x], [y], 1)
+    net, _, Pk, Ok, _, lk = _accum_run(layers, (b, f), style, train, np.split(x, ACCUM_K), np.split(y, ACCUM_K), ACCUM_K)
+    assert np.mean(lk) == pytest.approx(l1[0], rel=1e-5)
+    failures = []
+    for p, u, v, p0 in zip(net.params, Pk, P1, _init(net, np.random.default_rng(0))[0].values()):
+        _compare(f"param {p.name}", u, v, RTOL["param"] * float(np.max(np.abs(v - p0))) + 1e-7, failures)
+    for (slot, name), u, v in zip(abi(net).opt_keys, Ok, O1):
+        _compare(f"{slot} of {name}", u, v, RTOL["opt"] * float(np.max(np.abs(v))), failures)
+    assert not failures, "\n".join(failures)
+
+
+def test_grad_accum_with_bn_matches_per_micro_batch_statistics():
+    """With BN, each micro-batch normalizes with its own statistics (ghost BN) and moves the
+    running estimates with bn_momentum^(1/k); the update uses the mean of the k gradients."""
+    layers, x_dims, style = EVAL_NET
+    train = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 0.01}
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(x_dims).astype(np.float32) for _ in range(ACCUM_K)]
+    ys = [rng.integers(0, NC, x_dims[0]).astype(np.int32) for _ in range(ACCUM_K)]
+    net, a, P, O, S, losses = _accum_run(layers, x_dims, style, train, xs, ys, ACCUM_K)
+    # JAX: per-micro-batch loss, gradient and batch statistics; one SGD+momentum update
+    P0, S0 = _init(net, np.random.default_rng(0))
+    JP = {k: jnp.asarray(v, jnp.float64) for k, v in P0.items()}
+    JS = {k: jnp.asarray(v, jnp.float64) for k, v in S0.items()}
+    m = F32(F32(BN_MOMENTUM) ** (1.0 / ACCUM_K))
+    gsum = {k: 0.0 for k in JP}
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        def loss_of(p):
+            logits, stats = jax_forward(net, p, jnp.asarray(x, jnp.float64))
+            return a.loss.reference(jnp, logits, jnp.asarray(y), label_smoothing=0.0), stats
+        (lval, stats), g = jax.value_and_grad(loss_of, has_aux=True)(JP)
+        assert losses[i] == pytest.approx(float(lval), rel=1e-5)
+        gsum = {k: gsum[k] + g[k] for k in JP}
+        JS = {k: m * JS[k] + (1 - m) * stats[k] for k in JS}
+    failures = []
+    for p, got in zip(net.params, P):
+        o = a.optimizers[p.name]
+        want, _ = o.reference(jnp, JP[p.name], gsum[p.name] / ACCUM_K, {"momentum": jnp.zeros(p.type.dims)},
+                              F32(0.1), F32(0.01), True, mu=F32(0.9))
+        _compare(f"param {p.name}", got, want, RTOL["param"] * float(np.max(np.abs(np.asarray(want) - P0[p.name]))),
+                 failures)
+    for s, got in zip(net.state, S):
+        _compare(s.name, got, JS[s.name], RTOL["state"] * float(np.max(np.abs(np.asarray(JS[s.name])))), failures)
+    assert not failures, "\n".join(failures)
