@@ -270,6 +270,18 @@ def load_init(path: Path, net) -> InitTensors:
     return InitTensors([_f32(tensors[p.name]) for p in net.params], state, what)
 
 
+def load_region(path: Path, net, region: str) -> list[np.ndarray]:
+    """One averaged-weights region (ema, swa, swa_sq, swag_dev) of an lmc checkpoint, in
+    `lmc info --params` order; refused naming what the file has when it lacks it."""
+    tensors, meta = read_tensors(path)
+    have = (meta or {}).get("regions", [])
+    if region not in have:
+        raise TrainError(f"{path} has no {region} weights (it holds: live{''.join(', ' + r for r in have)})",
+                         hint="--region live scores the trained weights; ema/swa exist when the run used "
+                              "use_ema / use_swa")
+    return [_f32(tensors[f"{region}.{p.name}"]) for p in net.params]
+
+
 def read_flat(path: Path, what: str) -> np.ndarray:
     path = Path(path)
     if not path.is_file():

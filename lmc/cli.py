@@ -276,6 +276,7 @@ def eval_cmd(spec: SpecArg,
              chip: ChipOpt = None,
              data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")] = None,
              batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
+             region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
@@ -283,9 +284,9 @@ def eval_cmd(spec: SpecArg,
     with user_errors():
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
-                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True))
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region)
     if as_json:
-        print(json.dumps(r.as_dict()))
+        print(json.dumps({**r.as_dict(), "region": r.region}))
     else:
         console.print(r.describe(), markup=False, highlight=False)
 

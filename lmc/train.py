@@ -341,7 +341,7 @@ class Trainer:
     def swa_update(self):
         """End of an epoch ≥ swa_start_epoch: swa ← swa + (θ − swa)/(n + 1) (and SWAG's mean of
         squares); SWAG keeps the last swag_k deviations θ − swa."""
-        w = self.module.upload(np.asarray(1.0 / (self.swa_n + 1), np.float32))
+        w = np.asarray(1.0 / (self.swa_n + 1), np.float32)      # rank 0 (upload would make it [1])
         out = self.module.average(*self.A, *self.Q, *self.P, w)
         out = list(out) if isinstance(out, (list, tuple)) else [out]
         n = len(self.P)
@@ -596,15 +596,37 @@ def train(net, opts: TrainOptions, console) -> Summary:
     return Trainer(net, opts, console).run()
 
 
-def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log) -> EvalResult:
-    """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split."""
+EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
+
+
+def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
+                        region: str = "auto") -> EvalResult:
+    """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
+    region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
+    run's final eval), or auto — the weights the run's own eval scored at that checkpoint."""
+    from .checkpoint import load_region, read_tensors
     from .compile import compile_module, resolve_backend
+    from .evaluate import evaluate_swag
     from .lower import lower
     from .runtime import Module
+    if region not in EVAL_REGIONS:
+        raise TrainError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
     got = load_init(Path(init), net)
     if net.state and got.state is None:
         raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
                          hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
+    if region == "auto":
+        meta = read_tensors(Path(init))[1] if Path(init).suffix == ".npz" else None
+        region = (meta or {}).get("eval_region", "live")
+    params = got.params
+    if region in ("ema", "swa"):
+        params = load_region(Path(init), net, region)
+    elif region == "swag":
+        if net.spec.train is None:
+            raise TrainError("--region swag draws swag_samples weight vectors: the spec needs its `train:` recipe")
+        mean, sq = load_region(Path(init), net, "swa"), load_region(Path(init), net, "swa_sq")
+        dev = load_region(Path(init), net, "swag_dev")
+        devs = [[d[i] for d in dev] for i in range(dev[0].shape[0])]
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
     b = resolve_backend(backend)
@@ -617,8 +639,13 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
             text = None
     c = compile_module(text or lower(net, "forward", backend=b), None, b, chip)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
-        f"validation examples of {ds.name} with {init} ({got.what})")
+        f"validation examples of {ds.name} with {init} ({got.what}; {region} weights)")
     mod = Module(c.path, b)
-    P = [mod.upload(a) for a in got.params]
     S = [mod.upload(a) for a in (got.state or [])]
-    return evaluate(mod, P, S, ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
+    args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
+    if region == "swag":
+        cfg = net.spec.train
+        return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args)
+    r.region = region
+    return r

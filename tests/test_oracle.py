@@ -472,13 +472,13 @@ def _accum_run(layers, x_dims, style, train, xs, ys, k):
     for i, (x, y) in enumerate(zip(xs, ys)):
         hp = a.hp_vector(cfg, cfg.learning_rate, i // k + 1)
         if k == 1:
-            out = [np.asarray(r) for r in mod.train_step(*P, *O, *S, x, y, hp)]
+            out = [np.array(r) for r in mod.train_step(*P, *O, *S, x, y, hp)]
             P, O, S = out[:nP], out[nP:nP + nO], out[nP + nO:-2]
         else:
-            out = [np.asarray(r) for r in mod.grad_step(*P, *S, *G, x, y, hp)]
+            out = [np.array(r) for r in mod.grad_step(*P, *S, *G, x, y, hp)]
             G, S = out[:nP], out[nP:nP + nS]
             if (i + 1) % k == 0:
-                res = [np.asarray(r) for r in mod.apply_step(*P, *O, *G, hp)]
+                res = [np.array(r) for r in mod.apply_step(*P, *O, *G, hp)]
                 P, O, G = res[:nP], res[nP:nP + nO], res[nP + nO:]
                 assert all(not g.any() for g in G), "apply_step must zero the accumulators"
         losses.append(float(out[-2]))
