@@ -179,33 +179,23 @@ def _params():
 # ----------------------------------------------------------------------------- the JAX oracle
 
 
-def _bn_stats(x):
-    axes = (0, 2, 3) if x.ndim == 4 else (0,)
-    mu = x.mean(axis=axes)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return mu, ((x - mu.reshape(shape)) ** 2).mean(axis=axes)
-
-
 def jax_forward(net, params: dict, x, state: dict | None = None):
     """Evaluate the net's primitive graph with the primitives' references in jax.numpy.
-    state None: training (BN batch statistics; returns them); else eval with running stats."""
-    from lmc.prims.norm import EPS
+    state None: training (each primitive's batch statistics, from `stats_reference`, are
+    returned by state name); else eval (`eval_reference` with the running state)."""
     vals = {net.graph.x.id: x}
     stats = {}
     for node in net.graph.nodes:
+        prim = node.prim
         args = [vals[v.id] for v in node.inputs] + [params[p.name] for p in node.params]
-        if node.state:
-            assert node.prim.name == "batch_norm", f"no oracle for the statistics of {node.prim.name}"
-            if state is None:
-                mu, var = _bn_stats(args[0])
-                stats[node.state[0].name], stats[node.state[1].name] = mu, var
-            else:
-                xx, gamma, beta = args
-                shape = (1, -1) + (1,) * (xx.ndim - 2)
-                rm, rv = (state[s.name].reshape(shape) for s in node.state)
-                vals[node.out.id] = (xx - rm) / jnp.sqrt(rv + EPS) * gamma.reshape(shape) + beta.reshape(shape)
-                continue
-        vals[node.out.id] = node.prim.reference(jnp, *args, **node.prim.attrs)
+        if state is None:
+            vals[node.out.id] = prim.reference(jnp, *args, **prim.attrs)
+            if node.state:
+                batch = prim.stats_reference(jnp, *args, **prim.attrs)
+                assert len(batch) == len(node.state), f"{prim.name}: {len(batch)} stats for {len(node.state)} states"
+                stats.update((s.name, b) for s, b in zip(node.state, batch))
+        else:
+            vals[node.out.id] = prim.eval_reference(jnp, *args, *[state[s.name] for s in node.state], **prim.attrs)
     return vals[net.output.id], stats
 
 
