@@ -16,6 +16,11 @@ new primitive is one class and one template and touches no other file:
     stats_reference(xp, …)   those statistics in float64;  eval_reference(xp, …, *state) the
                              eval form (the plain reference when there is no state)
     draw(rng, t, is_input)   a random test argument away from the primitive's kinks and ties
+
+A *declared* primitive has no template yet: its shape rule and FLOPs (and, where cheap, its
+reference) let layers be built from it and counted by `lmc info`, but a layer using it does
+not lower (`lmc render` refuses it) and the per-primitive tests skip it.  Adding the template
+file is what makes it lower.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..render import TEMPLATES
 from ..types import TensorType
 
 PRIMS: dict[str, type] = {}
@@ -51,6 +57,11 @@ class Prim:
         self.attrs = attrs
         for k, v in attrs.items():
             setattr(self, k, v)
+
+    @classmethod
+    def lowered(cls) -> bool:
+        """Whether the primitive has its template (else it is declared only)."""
+        return (TEMPLATES / "prims" / f"{cls.name}.mlir.j2").is_file()
 
     def infer(self, ins: list[TensorType], ps: list[TensorType]) -> tuple[TensorType, int]:
         raise NotImplementedError

@@ -1,5 +1,6 @@
 """batch_norm: per-channel normalization over (batch, height, width) with batch statistics in
-training and running statistics in eval (ε = 1e-5, biased variance, as the Lean kit)."""
+training and running statistics in eval (ε = 1e-5, biased variance, as the Lean kit); and
+layer_norm (declared: no template yet), the same normalization over one axis per position."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,3 +70,28 @@ class BatchNorm(Prim):
         mean, var = ts
         return [rng.standard_normal(mean.dims).astype(np.float32),
                 rng.uniform(0.2, 3.0, var.dims).astype(np.float32)]     # a variance is positive
+
+
+@primitive("layer_norm")
+class LayerNorm(Prim):
+    """y = γ·(x − μ)/√(σ² + ε) + β with μ, σ² (biased) over `axis` at every other position:
+    the last axis for tokens, 1 (channels) for ConvNeXt's NCHW LayerNorm.  γ, β [x.dims[axis]].
+    FLOPs 8 per element (the seed's count, as batch norm's)."""
+    inputs = ("x",)
+    params = ("gamma", "beta")
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        d = x.dims[self.axis]
+        for p in ps:
+            if p.dims != (d,):
+                raise ShapeError(f"layer norm over {d} features got a parameter of shape {p.shape_str()}")
+        return x, 8 * x.size
+
+    @staticmethod
+    def reference(xp, x, gamma, beta, axis):
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        mu = x.mean(axis=axis, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=axis, keepdims=True)
+        return (x - mu) / xp.sqrt(var + EPS) * gamma.reshape(shape) + beta.reshape(shape)
