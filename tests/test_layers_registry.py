@@ -11,7 +11,7 @@ from lmc.errors import Loc, ShapeError, SpecError
 from lmc.fields import snake
 from lmc.graph import Graph
 from lmc.infer import infer
-from lmc.layers import all_layers, lowers
+from lmc.layers import Layer, all_layers, lowers
 from lmc.spec import LayerEntry, NetSpec, parse_layer
 from lmc.types import TensorType
 
@@ -292,3 +292,25 @@ def test_inverted_residual_graph():
     assert {n.prim.kind for n in g.nodes if n.prim.name == "act"} == {"relu6"}
     dw = [n for n in g.nodes if n.prim.name == "conv" and n.prim.groups > 1]
     assert [n.params[0].shape for n in dw] == [(48, 1, 3, 3), (48, 1, 3, 3)]
+
+
+BUILT = [(k, i, f, t) for k, i, f, t in EXAMPLES if LAYERS[k].build is not Layer.build]
+
+
+@pytest.mark.parametrize("kind,i,fields,t", BUILT, ids=[f"{k}[{i}]" for k, i, _, _ in BUILT])
+def test_graph_references_agree_with_shape_rules(kind, i, fields, t):
+    """Every node of the example's graph, evaluated with its primitive's float64 reference
+    (declared primitives included), gives the type its shape rule inferred."""
+    import numpy as np
+    layer = make(kind, fields)
+    g = Graph()
+    x = g.input(t)
+    layer.build(g, x, NetSpec(name="t", input=t.dims[1:], layers=(), file="<test>"))
+    rng = np.random.default_rng(0)
+    vals = {}
+    for node in g.nodes:
+        args = [vals[v.id] if v.node is not None else vals.setdefault(v.id, rng.standard_normal(v.type.dims))
+                for v in node.inputs] + [rng.standard_normal(p.type.dims) for p in node.params]
+        y = node.prim.reference(np, *args, **node.prim.attrs)
+        assert y.shape == node.out.type.dims, f"{node.prim.name}: reference gives {y.shape}, infer {node.out.type.dims}"
+        vals[node.out.id] = y
