@@ -2,8 +2,10 @@
 implementations cannot drift apart), with the same loss and optimizer.  Benchmark-only:
 the lmc package never imports JAX or PyTorch.
 
-Each primitive maps to the framework's idiomatic fast op (lax.conv_general_dilated,
-F.conv2d, reduce_window / max_pool2d, ...), never to lmc's reference formulas."""
+Each primitive maps, through one table per framework (`_jax_ops`, `_torch_ops`), to the
+framework's idiomatic fast op (lax.conv_general_dilated, F.conv2d, reduce_window /
+max_pool2d, ...).  A primitive missing from the JAX table runs its own `reference(jnp, …)`
+(correct, maybe slower: add an entry when benchmarking it); PyTorch has no fallback."""
 from __future__ import annotations
 
 import time
@@ -25,20 +27,60 @@ def _adam(cfg) -> bool:
 
 # ----------------------------------------------------------------------------- JAX
 
-def jax_step(net, lr=1e-4):
+def _jax_ops() -> dict:
+    """primitive name → fn(inputs, params, attrs) -> y, or (y, batch statistics) for the
+    primitives with running state.  A primitive missing here runs its `reference` in jnp."""
     import jax
     import jax.numpy as jnp
     from jax import lax
+
+    acts = {"relu": jax.nn.relu, "relu6": jax.nn.relu6, "swish": jax.nn.silu,
+            "h_swish": jax.nn.hard_swish, "gelu": lambda v: jax.nn.gelu(v, approximate=True),
+            "sigmoid": jax.nn.sigmoid, "h_sigmoid": jax.nn.hard_sigmoid}
+
+    def conv(ins, ps, a):
+        ph0, ph1, pw0, pw1 = a["pad"]
+        return lax.conv_general_dilated(ins[0], ps[0], (a["stride"],) * 2, [(ph0, ph1), (pw0, pw1)],
+                                        feature_group_count=a["groups"],
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    def batch_norm(ins, ps, a):
+        axes = (0, 2, 3) if ins[0].ndim == 4 else (0,)
+        shp = (1, -1) + (1,) * (ins[0].ndim - 2)
+        m = ins[0].mean(axes)
+        v = ((ins[0] - m.reshape(shp)) ** 2).mean(axes)
+        y = (ins[0] - m.reshape(shp)) * lax.rsqrt(v.reshape(shp) + 1e-5) * ps[0].reshape(shp) + ps[1].reshape(shp)
+        return y, [m, v]
+
+    def max_pool(ins, ps, a):
+        h, w = ins[0].shape[2:]
+        ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+        return lax.reduce_window(ins[0], -jnp.inf, lax.max, (1, 1, a["size"], a["size"]),
+                                 (1, 1, a["stride"], a["stride"]), [(0, 0), (0, 0), ph, pw])
+
+    return {
+        "conv": conv,
+        "batch_norm": batch_norm,
+        "act": lambda ins, ps, a: acts[a["kind"]](ins[0]),
+        "bias": lambda ins, ps, a: ins[0] + ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2)),
+        "add": lambda ins, ps, a: ins[0] + ins[1],
+        "reshape": lambda ins, ps, a: ins[0].reshape(a["dims"]),
+        "dense": lambda ins, ps, a: ins[0] @ ps[0] + ps[1],
+        "global_avg_pool": lambda ins, ps, a: ins[0].mean((2, 3)),
+        "max_pool": max_pool,
+    }
+
+
+def jax_step(net, lr=1e-4):
+    import jax
+    import jax.numpy as jnp
 
     cfg = net.spec.train
     g = net.graph
     adam = _adam(cfg)
     mu, wd, eps_ls = cfg.momentum, cfg.weight_decay, cfg.label_smoothing
 
-    def act(x, kind):
-        return {"relu": jax.nn.relu, "relu6": jax.nn.relu6, "swish": jax.nn.silu,
-                "h_swish": jax.nn.hard_swish, "gelu": lambda v: jax.nn.gelu(v, approximate=True),
-                "sigmoid": jax.nn.sigmoid, "h_sigmoid": jax.nn.hard_sigmoid}[kind](x)
+    ops = _jax_ops()
 
     def run(params, x):
         val = {g.x.id: x}
@@ -47,39 +89,16 @@ def jax_step(net, lr=1e-4):
         for n in g.nodes:
             ins = [val[v.id] for v in n.inputs]
             ps = [params[pi[p.name]] for p in n.params]
-            a = n.prim.attrs
-            k = n.prim.name
-            if k == "conv":
-                ph0, ph1, pw0, pw1 = a["pad"]
-                y = lax.conv_general_dilated(ins[0], ps[0], (a["stride"],) * 2, [(ph0, ph1), (pw0, pw1)],
-                                             feature_group_count=a["groups"],
-                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
-            elif k == "batch_norm":
-                axes = (0, 2, 3) if ins[0].ndim == 4 else (0,)
-                shp = (1, -1) + (1,) * (ins[0].ndim - 2)
-                m = ins[0].mean(axes)
-                v = ((ins[0] - m.reshape(shp)) ** 2).mean(axes)
-                y = (ins[0] - m.reshape(shp)) * lax.rsqrt(v.reshape(shp) + 1e-5) * ps[0].reshape(shp) + ps[1].reshape(shp)
-                stats += [m, v]
-            elif k == "act":
-                y = act(ins[0], a["kind"])
-            elif k == "bias":
-                y = ins[0] + ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2))
-            elif k == "add":
-                y = ins[0] + ins[1]
-            elif k == "reshape":
-                y = ins[0].reshape(a["dims"])
-            elif k == "dense":
-                y = ins[0] @ ps[0] + ps[1]
-            elif k == "global_avg_pool":
-                y = ins[0].mean((2, 3))
-            elif k == "max_pool":
-                h, w = ins[0].shape[2:]
-                ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
-                y = lax.reduce_window(ins[0], -jnp.inf, lax.max, (1, 1, a["size"], a["size"]),
-                                      (1, 1, a["stride"], a["stride"]), [(0, 0), (0, 0), ph, pw])
-            else:
-                raise NotImplementedError(k)
+            op = ops.get(n.prim.name)
+            if op is not None:
+                y = op(ins, ps, n.prim.attrs)
+            else:       # no idiomatic op listed: the primitive's own formula, traced by JAX
+                y = n.prim.reference(jnp, *ins, *ps, **n.prim.attrs)
+                if n.state:
+                    y = y, n.prim.stats_reference(jnp, *ins, *ps, **n.prim.attrs)
+            if n.state:             # stateful ops return (y, batch statistics)
+                y, st = y
+                stats += st
             val[n.out.id] = y
         return val[net.output.id], stats
 
@@ -135,6 +154,41 @@ def jax_step(net, lr=1e-4):
 
 # ----------------------------------------------------------------------------- PyTorch
 
+def _torch_ops() -> dict:
+    """primitive name → fn(inputs, params, attrs) -> y (training mode: BN on batch statistics).
+    No fallback: lmc's references are written against the NumPy API, which torch only partly
+    speaks, so a missing primitive is a clear NotImplementedError rather than a wrong number."""
+    import torch
+    import torch.nn.functional as F
+
+    acts = {"relu": F.relu, "relu6": F.relu6, "swish": F.silu, "h_swish": F.hardswish,
+            "gelu": lambda v: F.gelu(v, approximate="tanh"), "sigmoid": torch.sigmoid,
+            "h_sigmoid": F.hardsigmoid}
+
+    def conv(ins, ps, a):
+        ph0, ph1, pw0, pw1 = a["pad"]
+        if (ph0, pw0) == (ph1, pw1):
+            return F.conv2d(ins[0], ps[0], stride=a["stride"], padding=(ph0, pw0), groups=a["groups"])
+        return F.conv2d(F.pad(ins[0], (pw0, pw1, ph0, ph1)), ps[0], stride=a["stride"], groups=a["groups"])
+
+    def max_pool(ins, ps, a):
+        h, w = ins[0].shape[2:]
+        ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+        return F.max_pool2d(F.pad(ins[0], (pw[0], pw[1], ph[0], ph[1]), value=float("-inf")), a["size"], a["stride"])
+
+    return {
+        "conv": conv,
+        "batch_norm": lambda ins, ps, a: F.batch_norm(ins[0], None, None, ps[0], ps[1], training=True, eps=1e-5),
+        "act": lambda ins, ps, a: acts[a["kind"]](ins[0]),
+        "bias": lambda ins, ps, a: ins[0] + ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2)),
+        "add": lambda ins, ps, a: ins[0] + ins[1],
+        "reshape": lambda ins, ps, a: ins[0].reshape(a["dims"]),
+        "dense": lambda ins, ps, a: torch.addmm(ps[1], ins[0], ps[0]),
+        "global_avg_pool": lambda ins, ps, a: ins[0].mean((2, 3)),
+        "max_pool": max_pool,
+    }
+
+
 def torch_step(net, lr=1e-4, compile=False):
     import torch
     import torch.nn.functional as F
@@ -148,46 +202,18 @@ def torch_step(net, lr=1e-4, compile=False):
     params = [torch.tensor((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32), requires_grad=True)
               for p in g.params]
     pi = {p.name: i for i, p in enumerate(g.params)}
-    acts = {"relu": F.relu, "relu6": F.relu6, "swish": F.silu, "h_swish": F.hardswish,
-            "gelu": lambda v: F.gelu(v, approximate="tanh"), "sigmoid": torch.sigmoid,
-            "h_sigmoid": F.hardsigmoid}
+    ops = _torch_ops()
 
     def run(x):
         val = {g.x.id: x}
         for n in g.nodes:
             ins = [val[v.id] for v in n.inputs]
             ps = [params[pi[p.name]] for p in n.params]
-            a = n.prim.attrs
-            k = n.prim.name
-            if k == "conv":
-                ph0, ph1, pw0, pw1 = a["pad"]
-                xin = ins[0]
-                if (ph0, pw0) == (ph1, pw1):
-                    y = F.conv2d(xin, ps[0], stride=a["stride"], padding=(ph0, pw0), groups=a["groups"])
-                else:
-                    y = F.conv2d(F.pad(xin, (pw0, pw1, ph0, ph1)), ps[0], stride=a["stride"], groups=a["groups"])
-            elif k == "batch_norm":
-                y = F.batch_norm(ins[0], None, None, ps[0], ps[1], training=True, eps=1e-5)
-            elif k == "act":
-                y = acts[a["kind"]](ins[0])
-            elif k == "bias":
-                y = ins[0] + ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2))
-            elif k == "add":
-                y = ins[0] + ins[1]
-            elif k == "reshape":
-                y = ins[0].reshape(a["dims"])
-            elif k == "dense":
-                y = torch.addmm(ps[1], ins[0], ps[0])
-            elif k == "global_avg_pool":
-                y = ins[0].mean((2, 3))
-            elif k == "max_pool":
-                h, w = ins[0].shape[2:]
-                ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
-                y = F.max_pool2d(F.pad(ins[0], (pw[0], pw[1], ph[0], ph[1]), value=float("-inf")),
-                                 a["size"], a["stride"])
-            else:
-                raise NotImplementedError(k)
-            val[n.out.id] = y
+            op = ops.get(n.prim.name)
+            if op is None:
+                raise NotImplementedError(f"benchmarks/peers.py: no PyTorch op for primitive {n.prim.name!r}; "
+                                          f"add one to _torch_ops()")
+            val[n.out.id] = op(ins, ps, n.prim.attrs)
         return val[net.output.id]
 
     def loss_fn(x, y):

@@ -305,14 +305,14 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written b
 def layers() -> None:
     """List every registered layer kind with its fields and whether it lowers yet."""
     import dataclasses
-    from .layers import all_layers
+    from .layers import all_layers, lowers
     t = Table()
     for c in ("kind", "fields", "lowers"):
         t.add_column(c)
     for kind, cls in sorted(all_layers().items()):
         fields = ", ".join(f.name + ("" if f.default is dataclasses.MISSING else f"={getattr(f.default, 'value', f.default)}")
                            for f in dataclasses.fields(cls))
-        t.add_row(kind, fields, "yes" if cls.build is not all_layers.__globals__["Layer"].build else "shape only")
+        t.add_row(kind, fields, "yes" if lowers(cls) else "shape only")
     console.print(t)
 
 

@@ -106,7 +106,7 @@ def evaluate_swag(module, mean, sq, devs, state, samples: int, seed: int, x, y, 
     for _ in range(samples):
         P = [module.upload(a) for a in swag_sample(mean, sq, devs, rng)]
         # np.array copies: np.asarray of a result may alias a device buffer the next call reuses
-        logits = np.concatenate([np.array(module.forward(*P, *state, np.ascontiguousarray(xb, np.float32)))[:n]
+        logits = np.concatenate([np.asarray(module.forward(*P, *state, np.ascontiguousarray(xb, np.float32)))[:n].copy()
                                  for xb, _, n in eval_batches(x, y, batch)])
         total = logits.astype(np.float64) if total is None else total + logits
     res = EvalResult(0, 0, 0 if num_classes > 5 else None, region="swag")

@@ -66,10 +66,19 @@ class Graph:
         self._ids = 0
         self.prefix = ""
         self.layer = -1
+        # spec layer index → its output value, so a layer can read an earlier layer's output
+        # (U-Net skips, FPN taps); filled by `infer` after each layer
+        self.layer_outputs: dict[int, Value] = {}
 
     def input(self, t: TensorType) -> Value:
         self.x = self._value(t, None)
         return self.x
+
+    def free(self, t: TensorType) -> Value:
+        """A value with no producer other than the graph input: what a block built on its own
+        (not inside a net, e.g. a unit test) reads where a net would give an earlier layer's
+        output.  Never lowered."""
+        return self._value(t, None)
 
     def _value(self, t, node) -> Value:
         self._ids += 1
@@ -88,13 +97,18 @@ class Graph:
         self.state.append(s)
         return s
 
-    def op(self, prim_name: str, *inputs: Value, params=(), state=(), **attrs) -> Value:
+    def op(self, prim_name: str, *inputs: Value, params=(), state=(), flops: int | None = None,
+           **attrs) -> Value:
+        """Add a primitive node.  `flops` overrides the primitive's count for this node: only
+        where a layer keeps the seed's published count (which omits e.g. biases after convs,
+        or counts GELU as 8 per element), so `lmc info` agrees with the reference's numbers."""
         from .prims import make_prim
         if len(self.nodes) >= MAX_NODES:
             raise ShapeError(f"the net expands to more than {MAX_NODES:,} primitive ops; is a count "
                              f"(n_blocks, …) far too large?")
         prim = make_prim(prim_name, **attrs)
-        out_t, flops = prim.infer([v.type for v in inputs], [p.type for p in params])
+        out_t, n = prim.infer([v.type for v in inputs], [p.type for p in params])
+        flops = n if flops is None else flops
         node = Node(prim, list(inputs), list(params), list(state), layer=self.layer, flops=flops)
         node.out = self._value(out_t, node)
         self.nodes.append(node)

@@ -1,5 +1,6 @@
 """NetSpec → TypedNet: runs every layer's shape rule (by building its primitive graph, or its
-`infer` for spec-only kinds) and adds the layer's location to any error."""
+`infer` for the spec-only kinds not yet built from primitives) and adds the layer's location
+to any error.  A layer is lowered when every primitive it expands into has a template."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,9 +74,9 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         n_params, n_state, n_nodes = len(g.params), len(g.state), len(g.nodes)
         where = f"layer {entry.index} ({layer.kind})"
         try:
-            if layer.lowered:
+            if layer.builds:
                 x = layer.build(g, x, spec)
-                lowered = True
+                lowered = all(n.prim.lowered() for n in g.nodes[n_nodes:])
             else:
                 inf = layer.infer(x.type, spec)
                 for p in inf.params:
@@ -104,6 +105,7 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         for p in g.params[n_params:]:
             if p.type.size > 2**40:
                 raise ShapeError(f"{where}: parameter {p.name} {p.type.shape_str()} is absurdly large", entry.loc)
+        g.layer_outputs[entry.index] = x
         nodes = g.nodes[n_nodes:]
         infos.append(LayerInfo(entry.index, layer.kind, layer.describe(), x.type, g.params[n_params:],
                                g.state[n_state:], sum(n.flops for n in nodes), lowered, entry.loc))

@@ -541,7 +541,8 @@ def _zeros(em: _Emitter, t: str) -> str:
 def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
     """A module exposing one primitive for the oracle tests:
     @forward(ins..., ps...) -> y ;  @vjp(dy, ins..., ps...) -> (d_ins..., d_ps...);
-    and, for primitives with an eval function (batch norm), @eval(ins..., ps..., state...) -> y."""
+    for primitives with batch statistics, @stats(ins..., ps...) -> (stats...); and for those
+    with an eval function (batch norm), @eval(ins..., ps..., state...) -> y."""
     out, _ = prim.infer(ins, ps)
     r = render_prim(prim, ins, ps, out)
     a = [f"%i{k}: {t.mlir}" for k, t in enumerate(ins)] + [f"%q{k}: {t.mlir}" for k, t in enumerate(ps)]
@@ -560,11 +561,18 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
     call_b = (f"    %g:{nb} = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> ({', '.join(bouts)})"
               if nb > 1 else f"    %g0 = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> {bouts[0]}")
     gouts = [f"%g#{k}" for k in range(nb)] if nb > 1 else ["%g0"]
+    statsf = []
+    if r.stats:
+        touts = [t.mlir for t in r.stats]
+        statsf = [f"  func.func @stats({', '.join(a)}) -> ({', '.join(touts)}) {{", call_f,
+                  f"    return {', '.join(f'%f#{1 + len(r.saved) + k}' for k in range(len(r.stats)))} : "
+                  f"{', '.join(touts)}", "  }"]
     evalf = []
     if r.eval:
-        st = [f"%st{k}: {t.mlir}" for k, t in enumerate(r.stats)]   # state has the stats' types
-        enames = names + [f"%st{k}" for k in range(len(r.stats))]
-        etypes = types + [t.mlir for t in r.stats]
+        state = prim.state(ins, ps, out)
+        st = [f"%st{k}: {t.mlir}" for k, t in enumerate(state)]
+        enames = names + [f"%st{k}" for k in range(len(state))]
+        etypes = types + [t.mlir for t in state]
         evalf = [f"  func.func @eval({', '.join(a + st)}) -> {out.mlir} {{",
                  f"    %e = func.call @{r.eval}({', '.join(enames)}) : ({', '.join(etypes)}) -> {out.mlir}",
                  f"    return %e : {out.mlir}", "  }"]
@@ -572,4 +580,4 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
         "module @model {", r.text,
         f"  func.func @forward({', '.join(a)}) -> {out.mlir} {{", call_f, f"    return {y} : {out.mlir}", "  }",
         f"  func.func @vjp(%dy: {out.mlir}, {', '.join(a)}) -> ({', '.join(bouts)}) {{", call_f, call_b,
-        f"    return {', '.join(gouts)} : {', '.join(bouts)}", "  }", *evalf, "}"]) + "\n"
+        f"    return {', '.join(gouts)} : {', '.join(bouts)}", "  }", *statsf, *evalf, "}"]) + "\n"

@@ -6,10 +6,11 @@
   failure names the gradient: with a random cotangent c and a random tangent t of that one
   argument, Σ vjp(c)[k]·t ≈ Σ c·(ref(a+εt) − ref(a−εt))/2ε, the difference quotient taken on
   the float64 reference (an independent derivative of the same formula);
-- batch norm's eval function (running statistics) against its formula.
+- for primitives with batch statistics (batch norm), the statistics fwd returns against
+  `stats_reference`, and the eval function (running state) against `eval_reference`.
 
-Inputs are drawn away from kinks (act.kinks) and, for max_pool, as a permutation so that no
-window has tied maxima; otherwise the two sides may legitimately pick different sub-gradients.
+Arguments come from each primitive's `draw` hook, which keeps inputs away from its kinks (act)
+and ties (max_pool); otherwise the two sides may legitimately pick different sub-gradients.
 """
 from __future__ import annotations
 
@@ -33,8 +34,6 @@ FWD_RTOL = {"default": 1e-5}
 # is off by O(1).
 VJP_RTOL = {"default": 1e-5}
 FD_EPS = 1e-6            # central difference step in float64: truncation ~ε², rounding ~1e-16/ε
-KINK_GAP = 0.05          # no act input within this distance of a kink
-UNIQUE_VALUES = {"max_pool"}   # window maxima must be unique (first-max vs any-max tie rules)
 
 
 def _fmt(v) -> str:
@@ -50,6 +49,8 @@ def _dims(t: TensorType) -> str:
 def _cases():
     out = []
     for name, cls in sorted(all_prims().items()):
+        if not cls.lowered():          # declared only (no template yet): nothing to compile
+            continue
         for attrs, ins, ps in cls.examples:
             parts = [f"{k}={_fmt(v)}" for k, v in attrs.items()]
             parts += [f"{n}={_dims(t)}" for n, t in zip(cls.inputs, ins)]
@@ -84,24 +85,8 @@ def _setup(name, attrs, ins, ps, seed=0):
     prim = make_prim(name, **attrs)
     mod = _module(prim_test_module(prim, ins, ps))
     rng = np.random.default_rng(seed)
-    args = [_draw(prim, t, rng, is_input=k < len(ins)) for k, t in enumerate(list(ins) + list(ps))]
+    args = [prim.draw(rng, t, is_input=k < len(ins)) for k, t in enumerate(list(ins) + list(ps))]
     return prim, mod, args, rng
-
-
-def _draw(prim, t: TensorType, rng, is_input: bool) -> np.ndarray:
-    """A random f32 argument away from the primitive's non-differentiable points."""
-    if is_input and prim.name in UNIQUE_VALUES:
-        # distinct values 4/size apart: a ±ε·t step never reorders a window
-        x = (rng.permutation(t.size) - t.size / 2) * (4.0 / t.size)
-        return x.reshape(t.dims).astype(np.float32)
-    kinks = getattr(prim, "kinks", {}).get(prim.attrs.get("kind"), [])
-    if is_input and kinks:
-        x = rng.uniform(-8.0, 8.0, t.dims)      # both sides of every kink (relu6 at 6, h_swish at ±3)
-        for k in kinks:
-            near = np.abs(x - k) < KINK_GAP
-            x[near] = k + np.where(x[near] >= k, KINK_GAP, -KINK_GAP)
-        return x.astype(np.float32)
-    return rng.standard_normal(t.dims).astype(np.float32)
 
 
 def _ref(prim, args):
@@ -150,22 +135,40 @@ def test_vjp(name, attrs, ins, ps, k):
                                    f"difference of the reference gives {rhs:.9g} (|diff| {abs(lhs - rhs):.3g} > tol {tol:.3g})")
 
 
+def _assert_close(what, y, ref, name):
+    y = np.asarray(y).astype(np.float64)
+    assert y.shape == ref.shape, f"{what}: shape {y.shape}, expected {ref.shape}"
+    err = np.abs(y - ref)
+    assert np.all(err <= _tol(FWD_RTOL, name) * (np.abs(ref) + np.abs(ref).max())), \
+        f"{what}: max |y − ref| = {err.max():.3g}"
+
+
+def _out_type(name, attrs, ins, ps):
+    return make_prim(name, **attrs).infer(list(ins), list(ps))[0]
+
+
+STATS_CASES = [c for c in CASES if make_prim(c.values[0], **c.values[1]).stats(c.values[2], c.values[3],
+                                                                               _out_type(*c.values))]
 EVAL_CASES = [c for c in CASES if all_prims()[c.values[0]].has_eval]
+
+
+@pytest.mark.parametrize("name,attrs,ins,ps", STATS_CASES)
+def test_stats(name, attrs, ins, ps):
+    """The batch statistics fwd returns (folded into the running state) vs stats_reference."""
+    prim, mod, args, _ = _setup(name, attrs, ins, ps)
+    got = mod.stats(*args)
+    got = [got] if not isinstance(got, (tuple, list)) else list(got)
+    want = prim.stats_reference(np, *[np.asarray(a, np.float64) for a in args], **prim.attrs)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        _assert_close(f"{name} stat {k}", g, w, name)
 
 
 @pytest.mark.parametrize("name,attrs,ins,ps", EVAL_CASES)
 def test_eval(name, attrs, ins, ps):
-    """Batch norm with running statistics: y = γ·(x − rμ)/√(rσ² + ε) + β."""
-    from lmc.prims.norm import EPS
+    """The eval function with random running state vs eval_reference."""
     prim, mod, args, rng = _setup(name, attrs, ins, ps)
-    x, gamma, beta = (a.astype(np.float64) for a in args)
-    c = gamma.size
-    rmean = rng.standard_normal(c).astype(np.float32)
-    rvar = rng.uniform(0.2, 3.0, c).astype(np.float32)
-    y = np.asarray(mod.eval(*args, rmean, rvar)).astype(np.float64)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    ref = (x - rmean.reshape(shape)) / np.sqrt(rvar.reshape(shape).astype(np.float64) + EPS) \
-        * gamma.reshape(shape) + beta.reshape(shape)
-    err = np.abs(y - ref)
-    assert np.all(err <= _tol(FWD_RTOL, name) * (np.abs(ref) + np.abs(ref).max())), \
-        f"{name} eval: max |y − ref| = {err.max():.3g}"
+    state = prim.draw_state(rng, prim.state(list(ins), list(ps), _out_type(name, attrs, ins, ps)))
+    y = mod.eval(*args, *state)
+    ref = prim.eval_reference(np, *[np.asarray(a, np.float64) for a in args + state], **prim.attrs)
+    _assert_close(f"{name} eval", y, ref, name)

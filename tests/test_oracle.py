@@ -39,7 +39,7 @@ jax.config.update("jax_disable_most_optimizations", True)
 import jax.numpy as jnp  # noqa: E402
 
 from lmc.infer import infer  # noqa: E402
-from lmc.layers import Layer, all_layers  # noqa: E402
+from lmc.layers import all_layers, lowers  # noqa: E402
 from lmc.losses import all_losses  # noqa: E402
 from lmc.lower import abi, hyperparams, lower  # noqa: E402
 from lmc.optim import GLOBAL_HP, all_optimizers  # noqa: E402
@@ -152,7 +152,7 @@ def _fmt(v) -> str:
 def _layer_cases():
     cases = []
     for kind, cls in sorted(all_layers().items()):
-        if cls.build is Layer.build:          # shape-only kinds cannot be lowered yet
+        if not lowers(cls):                   # kinds with declared-only primitives cannot be lowered yet
             continue
         for fields, x in cls.examples:
             desc = ",".join([f"{k}={_fmt(v)}" for k, v in fields.items()] + [f"x={_dims(x.dims)}"])
@@ -188,33 +188,23 @@ def _params():
 # ----------------------------------------------------------------------------- the JAX oracle
 
 
-def _bn_stats(x):
-    axes = (0, 2, 3) if x.ndim == 4 else (0,)
-    mu = x.mean(axis=axes)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return mu, ((x - mu.reshape(shape)) ** 2).mean(axis=axes)
-
-
 def jax_forward(net, params: dict, x, state: dict | None = None):
     """Evaluate the net's primitive graph with the primitives' references in jax.numpy.
-    state None: training (BN batch statistics; returns them); else eval with running stats."""
-    from lmc.prims.norm import EPS
+    state None: training (each primitive's batch statistics, from `stats_reference`, are
+    returned by state name); else eval (`eval_reference` with the running state)."""
     vals = {net.graph.x.id: x}
     stats = {}
     for node in net.graph.nodes:
+        prim = node.prim
         args = [vals[v.id] for v in node.inputs] + [params[p.name] for p in node.params]
-        if node.state:
-            assert node.prim.name == "batch_norm", f"no oracle for the statistics of {node.prim.name}"
-            if state is None:
-                mu, var = _bn_stats(args[0])
-                stats[node.state[0].name], stats[node.state[1].name] = mu, var
-            else:
-                xx, gamma, beta = args
-                shape = (1, -1) + (1,) * (xx.ndim - 2)
-                rm, rv = (state[s.name].reshape(shape) for s in node.state)
-                vals[node.out.id] = (xx - rm) / jnp.sqrt(rv + EPS) * gamma.reshape(shape) + beta.reshape(shape)
-                continue
-        vals[node.out.id] = node.prim.reference(jnp, *args, **node.prim.attrs)
+        if state is None:
+            vals[node.out.id] = prim.reference(jnp, *args, **prim.attrs)
+            if node.state:
+                batch = prim.stats_reference(jnp, *args, **prim.attrs)
+                assert len(batch) == len(node.state), f"{prim.name}: {len(batch)} stats for {len(node.state)} states"
+                stats.update((s.name, b) for s, b in zip(node.state, batch))
+        else:
+            vals[node.out.id] = prim.eval_reference(jnp, *args, *[state[s.name] for s in node.state], **prim.attrs)
     return vals[net.output.id], stats
 
 
@@ -472,13 +462,13 @@ def _accum_run(layers, x_dims, style, train, xs, ys, k):
     for i, (x, y) in enumerate(zip(xs, ys)):
         hp = a.hp_vector(cfg, cfg.learning_rate, i // k + 1)
         if k == 1:
-            out = [np.array(r) for r in mod.train_step(*P, *O, *S, x, y, hp)]
+            out = [np.asarray(r).copy() for r in mod.train_step(*P, *O, *S, x, y, hp)]
             P, O, S = out[:nP], out[nP:nP + nO], out[nP + nO:-2]
         else:
-            out = [np.array(r) for r in mod.grad_step(*P, *S, *G, x, y, hp)]
+            out = [np.asarray(r).copy() for r in mod.grad_step(*P, *S, *G, x, y, hp)]
             G, S = out[:nP], out[nP:nP + nS]
             if (i + 1) % k == 0:
-                res = [np.array(r) for r in mod.apply_step(*P, *O, *G, hp)]
+                res = [np.asarray(r).copy() for r in mod.apply_step(*P, *O, *G, hp)]
                 P, O, G = res[:nP], res[nP:nP + nO], res[nP + nO:]
                 assert all(not g.any() for g in G), "apply_step must zero the accumulators"
         losses.append(float(out[-2]))

@@ -1,9 +1,11 @@
 """The layer registry: every YAML layer kind is a frozen dataclass (fields = YAML keys, in the
 seed's argument order) registered under its snake_case kind.
 
-A layer either *builds* (lowers) — `build(g, x, net)` expands it into primitives on the graph,
-which is also its shape rule — or is spec-only for now and gives `infer(x, net)` (output type,
-parameter tensors, FLOPs), so `lmc info` counts it and `lmc render` refuses it clearly.
+A layer *builds*: `build(g, x, net)` expands it into primitives on the graph, which is also
+its shape rule.  It lowers when all those primitives have templates; one built from declared
+primitives (no template yet) is counted by `lmc info` and refused by `lmc render`.  A few
+kinds still give only `infer(x, net)` (output type, parameter tensors, FLOPs) — TODO: build
+them from declared primitives too, then `Inferred` and `_shape.Params` go.
 
 Modules in this package are discovered automatically: adding a layer is one new file."""
 from __future__ import annotations
@@ -49,7 +51,8 @@ class Layer:
     zero_ok: ClassVar[frozenset] = frozenset()
 
     @property
-    def lowered(self) -> bool:
+    def builds(self) -> bool:
+        """Whether the kind expands into primitives (else: the older `infer` shape rule)."""
         return type(self).build is not Layer.build
 
     def build(self, g, x, net):
@@ -63,6 +66,23 @@ class Layer:
     def describe(self) -> str:
         vals = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)]
         return f"{self.kind}(" + ", ".join(vals) + ")"
+
+
+def lowers(cls) -> bool:
+    """Whether layer kind `cls` lowers: it builds, and its examples expand into primitives
+    that all have templates."""
+    from ..errors import Loc
+    from ..graph import Graph
+    from ..spec import NetSpec, parse_layer
+    if cls.build is Layer.build:
+        return False
+    for fields, t in cls.examples:
+        g = Graph()
+        layer = parse_layer({cls.kind: fields}, 0, Loc("<lowers>"), lambda *a: Loc("<lowers>"))
+        layer.build(g, g.input(t), NetSpec(name="t", input=t.dims[1:], layers=(), file="<lowers>"))
+        if not all(n.prim.lowered() for n in g.nodes):
+            return False
+    return True
 
 
 def _fmt(v):

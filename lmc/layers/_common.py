@@ -32,15 +32,17 @@ def act(g, x, kind):
     return g.op("act", x, kind=kind)
 
 
-def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False):
-    """A convolution (optionally with bias).  Weight [oc, ic/groups, k, k], He init (fan-out)."""
+def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False, bias_flops=None):
+    """A convolution (optionally with bias).  Weight [oc, ic/groups, k, k], He init (fan-out).
+    bias_flops=0: the bias is not counted (the seed's FLOP count for the kinds that were
+    spec-only, which `lmc info` keeps)."""
     h, w = x.type.dims[2:]
     wt = g.param(f"{name}weight", (oc, ic // groups, k, k), "he",
                  fan_in=(ic // groups) * k * k, fan_out=(oc // groups) * k * k)
     y = g.op("conv", x, params=[wt], stride=stride, pad=pads(h, w, k, stride, style), groups=groups)
     if bias:
         b = g.param(f"{name}bias", (oc,), "zeros")
-        y = g.op("bias", y, params=[b])
+        y = g.op("bias", y, params=[b], flops=bias_flops)
     return y
 
 
@@ -58,3 +60,38 @@ def conv_bn(g, x, name, ic, oc, k, stride, style, activation, groups=1):
     y = conv(g, x, name, ic, oc, k, stride, style, groups)
     y = bn(g, y, name)
     return act(g, y, activation)
+
+
+def ln(g, x, name, axis=-1):
+    """LayerNorm over `axis` (the last: tokens; 1: channels of NCHW): params gamma, beta."""
+    d = x.type.dims[axis]
+    gamma = g.param(f"{name}gamma", (d,), "ones")
+    beta = g.param(f"{name}beta", (d,), "zeros")
+    return g.op("layer_norm", x, params=[gamma, beta], axis=axis)
+
+
+def norm(g, x, name, kind):
+    """Channel norm of NCHW x: `bn` (batch norm, running state) or `ln` (LayerNorm over C)."""
+    return bn(g, x, name) if getattr(kind, "value", kind) == "bn" else ln(g, x, name, axis=1)
+
+
+STAGE_KINDS = ("residual_block", "bottleneck_block")
+
+
+def position(layer, net) -> int | None:
+    """Index of `layer` in `net.layers` (by identity), or None when used on its own."""
+    for pos, entry in enumerate(getattr(net, "layers", ()) or ()):
+        if entry.layer is layer:
+            return pos
+    return None
+
+
+def layer_input(g, j: int):
+    """The value entering spec layer j (the graph input for layer 0)."""
+    return g.layer_outputs[j - 1] if j > 0 else g.x
+
+
+def stage_taps(g, net, pos: int) -> list:
+    """(index, output value) of the ResNet stages (residual_block / bottleneck_block) before
+    layer `pos`, read from the graph."""
+    return [(j, g.layer_outputs[j]) for j in range(pos) if net.layers[j].layer.kind in STAGE_KINDS]

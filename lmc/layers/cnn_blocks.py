@@ -1,5 +1,6 @@
-"""Multi-branch CNN blocks from the reference's bestiary, spec-only (they concatenate channels,
-average-pool, shuffle channels or use activations that are not primitives yet): fire_module,
+"""Multi-branch CNN blocks from the reference's bestiary: fire_module (built from primitives; its
+channel concat is declared, so it does not lower yet), and spec-only shape rules for now
+(average pools, channel shuffles, leaky relu are not primitives yet):
 inception_module, aspp_module, darknet_block, csp_block, dense_block, transition_layer,
 shuffle_block, shuffle_v2_block.  Convolutions are unbiased and followed by batch norm
 unless stated; "same" padding keeps H×W at stride 1 and gives ⌈H/2⌉ at stride 2.
@@ -13,6 +14,7 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
+from ._common import conv_bn
 from ._shape import Params, ceil_div, image
 
 
@@ -31,13 +33,12 @@ class FireModule(Layer):
     expand3x3: int
     examples: ClassVar = [(dict(ic=8, squeeze=2, expand1x1=4, expand3x3=4), TensorType((2, 8, 5, 5)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        p = Params()
-        p.conv_bn("squeeze.", self.ic, self.squeeze, 1, b, h, w)
-        p.conv_bn("expand1x1.", self.squeeze, self.expand1x1, 1, b, h, w)
-        p.conv_bn("expand3x3.", self.squeeze, self.expand3x3, 3, b, h, w)
-        return p.result(TensorType((b, self.expand1x1 + self.expand3x3, h, w)))
+    def build(self, g, x, net):
+        image(x.type, self.ic)
+        s = conv_bn(g, x, "squeeze.", self.ic, self.squeeze, 1, 1, "symmetric", "relu")
+        e1 = conv_bn(g, s, "expand1x1.", self.squeeze, self.expand1x1, 1, 1, "symmetric", "relu")
+        e3 = conv_bn(g, s, "expand3x3.", self.squeeze, self.expand3x3, 3, 1, "symmetric", "relu")
+        return g.op("concat", e1, e3, axis=1)
 
 
 @register("inception_module")

@@ -1,5 +1,6 @@
-"""ConvNeXt kinds: conv_next_stem, conv_next_stage, conv_next_downsample.  Spec-only for now:
-channel LayerNorm and the LayerScale multiply are not primitives yet.  `norm: ln` is a
+"""ConvNeXt kinds: conv_next_stem, conv_next_stage, conv_next_downsample, built from
+primitives; the channel LayerNorm and the LayerScale multiply are declared (no template yet),
+so `norm: ln` blocks and every stage do not lower yet.  `norm: ln` is a
 LayerNorm over the channels at every pixel (ε = 1e-5); `norm: bn` a batch norm."""
 from dataclasses import dataclass
 from typing import ClassVar
@@ -8,7 +9,8 @@ from ..errors import ShapeError
 from ..fields import Activation, Normalization
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, image
+from ._common import conv, ln, norm
+from ._shape import image
 
 
 @register("conv_next_stem")
@@ -23,15 +25,12 @@ class ConvNextStem(Layer):
     patch: int
     examples: ClassVar = [(dict(ic=3, oc=8, patch=4), TensorType((2, 3, 8, 8)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        _, _, h, w = image(x.type, self.ic)
         if h % self.patch or w % self.patch:
             raise ShapeError(f"patch={self.patch} does not divide the {h}x{w} input")
-        oh, ow = h // self.patch, w // self.patch
-        p = Params()
-        p.conv("", self.ic, self.oc, self.patch, b, oh, ow, bias=True)
-        p.ln("norm.", self.oc, b * self.oc * oh * ow)
-        return p.result(TensorType((b, self.oc, oh, ow)))
+        y = conv(g, x, "", self.ic, self.oc, self.patch, self.patch, "valid", bias=True, bias_flops=0)
+        return ln(g, y, "norm.", axis=1)
 
 
 @register("conv_next_stage")
@@ -50,19 +49,20 @@ class ConvNextStage(Layer):
     examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5))),
                           (dict(channels=3, n_blocks=1, norm="bn", act="relu"), TensorType((2, 3, 7, 7)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x, self.channels, "channels")
-        p = Params()
-        n = b * c * h * w
+    def build(self, g, x, net):
+        image(x.type, self.channels, "channels")
+        c = self.channels
         for i in range(self.n_blocks):
-            p.conv(f"{i}.dw.", c, c, 7, b, h, w, groups=c, bias=True)
-            p.norm(f"{i}.norm.", self.norm, c, n)
-            p.conv(f"{i}.pw1.", c, 4 * c, 1, b, h, w, bias=True)
-            p.flops += 8 * 4 * n
-            p.conv(f"{i}.pw2.", 4 * c, c, 1, b, h, w, bias=True)
-            p.add(f"{i}.layer_scale", (c,), "constant", std=1e-6)
-            p.flops += 2 * n
-        return p.result(x)
+            # the seed's FLOPs: no biases, 8 per element for the activation (its GELU count)
+            h = conv(g, x, f"{i}.dw.", c, c, 7, 1, "symmetric", groups=c, bias=True, bias_flops=0)
+            h = norm(g, h, f"{i}.norm.", self.norm)
+            h = conv(g, h, f"{i}.pw1.", c, 4 * c, 1, 1, "valid", bias=True, bias_flops=0)
+            if self.act != Activation.identity:
+                h = g.op("act", h, kind=self.act.value, flops=8 * h.type.size)
+            h = conv(g, h, f"{i}.pw2.", 4 * c, c, 1, 1, "valid", bias=True, bias_flops=0)
+            h = g.op("scale", h, params=[g.param(f"{i}.layer_scale", (c,), "constant", std=1e-6)])
+            x = g.op("add", h, x)
+        return x
 
 
 @register("conv_next_downsample")
@@ -77,11 +77,9 @@ class ConvNextDownsample(Layer):
     examples: ClassVar = [(dict(ic=4, oc=8), TensorType((2, 4, 6, 6))),
                           (dict(ic=3, oc=5, norm="bn"), TensorType((2, 3, 5, 4)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        _, _, h, w = image(x.type, self.ic)
         if h < 2 or w < 2:
             raise ShapeError(f"a 2x2 stride-2 conv needs at least 2x2 pixels, got {h}x{w}")
-        p = Params()
-        p.norm("norm.", self.norm, c, x.size)
-        p.conv("", self.ic, self.oc, 2, b, h // 2, w // 2, bias=True)
-        return p.result(TensorType((b, self.oc, h // 2, w // 2)))
+        y = norm(g, x, "norm.", self.norm)
+        return conv(g, y, "", self.ic, self.oc, 2, 2, "valid", bias=True, bias_flops=0)

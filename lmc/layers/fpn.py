@@ -1,5 +1,6 @@
 """Feature-pyramid kinds: fpn_module (Mask R-CNN FPN neck) and fpn_detect (the reference's
-multi-scale anchor detection head).  Spec-only for now (bilinear upsampling, concat).
+multi-scale anchor detection head).  Built from primitives, including the declared upsample,
+concat and channel_matmul, so they do not lower until those have templates.
 
 Both read the outputs of the last ResNet stages (residual_block / bottleneck_block layers,
 C2..C5 at strides 4, 8, 16, 32) and must come right after the last one, so their input is C5.
@@ -10,34 +11,36 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, image, stage_taps, types_before
+from ._common import conv, position, stage_taps
+from ._shape import image
 
 
-def _check_taps(layer, net, x: TensorType, channels: tuple[int, ...], names: tuple[str, ...]) -> list[tuple[int, int]]:
-    """Sizes (h, w) of the levels named `names` (finest first, the last being x = C5), checked
-    against the ResNet stage outputs before `layer` when it is part of `net`."""
-    b, _, h5, w5 = x.dims
+def _taps(layer, g, net, x, channels: tuple[int, ...], names: tuple[str, ...]) -> list:
+    """Values of the levels named `names` (finest first, the last being x = C5): the ResNet
+    stage outputs before `layer`, read from the graph and checked (channels, each level twice
+    the next one's size).  Used on its own (not inside a net), free values of those shapes."""
+    b, _, h5, w5 = x.type.dims
     n = len(channels)
     sizes = [(h5 << (n - 1 - i), w5 << (n - 1 - i)) for i in range(n)]
-    found = types_before(layer, net, b)
-    if found is None:
-        return sizes
-    pos, types = found
-    taps = stage_taps(net, pos, types)
+    pos = position(layer, net)
+    if pos is None:
+        return [g.free(TensorType((b, c, h, w))) for c, (h, w) in zip(channels[:-1], sizes)] + [x]
+    taps = stage_taps(g, net, pos)
     if len(taps) < n:
         raise ShapeError(f"{layer.kind} reads the last {n} ResNet stage outputs ({', '.join(names)}) "
                          f"but only {len(taps)} residual_block/bottleneck_block layers come before it")
     taps = taps[-n:]
-    if taps[-1][1] != x:
+    if taps[-1][1].type != x.type:
         raise ShapeError(f"{layer.kind} must directly follow the last ResNet stage (layer {taps[-1][0]}), "
-                         f"whose output {taps[-1][1].shape_str()} is its {names[-1]}")
-    for (j, t), c, name, (h, w) in zip(taps, channels, names, sizes):
+                         f"whose output {taps[-1][1].type.shape_str()} is its {names[-1]}")
+    for (j, v), c, name, (h, w) in zip(taps, channels, names, sizes):
+        t = v.type
         if t.dims[1] != c:
             raise ShapeError(f"{name.lower()}={c} but {name} (layer {j}'s output) has {t.dims[1]} channels")
         if t.dims[2:] != (h, w):
             raise ShapeError(f"{name} (layer {j}'s output) is {t.dims[2]}x{t.dims[3]} but the pyramid needs "
                              f"{h}x{w} (twice the next level)")
-    return sizes
+    return [v for _, v in taps[:-1]] + [x]     # C5 is the input itself
 
 
 @register("fpn_module")
@@ -55,17 +58,20 @@ class FpnModule(Layer):
     target: int
     examples: ClassVar = [(dict(c2=2, c3=3, c4=4, c5=5, target=4), TensorType((2, 5, 2, 2)))]
 
-    def infer(self, x, net):
-        b, _, _, _ = image(x, self.c5, "c5")
+    def build(self, g, x, net):
+        image(x.type, self.c5, "c5")
         cs = (self.c2, self.c3, self.c4, self.c5)
-        sizes = _check_taps(self, net, x, cs, ("C2", "C3", "C4", "C5"))
-        t, p = self.target, Params()
-        for lvl, c, (h, w) in zip((2, 3, 4, 5), cs, sizes):
-            p.conv(f"lateral{lvl}.", c, t, 1, b, h, w, bias=True)
-        for lvl, (h, w) in zip((2, 3, 4, 5), sizes):
-            p.conv(f"smooth{lvl}.", t, t, 3, b, h, w, bias=True)
-        h2, w2 = sizes[0]
-        return p.result(TensorType((b, t, h2, w2)))
+        taps = _taps(self, g, net, x, cs, ("C2", "C3", "C4", "C5"))
+        t = self.target
+        # the seed's FLOPs count the convs only (not biases, upsampling or the top-down adds)
+        lat = [conv(g, c_l, f"lateral{lvl}.", c, t, 1, 1, "symmetric", bias=True, bias_flops=0)
+               for lvl, c_l, c in zip((2, 3, 4, 5), taps, cs)]
+        ps = [lat[3]]
+        for l_i in reversed(lat[:3]):
+            ps.insert(0, g.op("add", l_i, g.op("upsample", ps[0], scale=2, flops=0), flops=0))
+        out = [conv(g, p_l, f"smooth{lvl}.", t, t, 3, 1, "symmetric", bias=True, bias_flops=0)
+               for lvl, p_l in zip((2, 3, 4, 5), ps)]
+        return out[0]           # P3..P5 are computed (the seed's count) but not returned
 
 
 @register("fpn_detect")
@@ -92,23 +98,26 @@ class FpnDetect(Layer):
     examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), TensorType((2, 5, 2, 2))),
                           (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((1, 4, 1, 1)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.c5, "c5")
+    def build(self, g, x, net):
+        b, _, h, w = image(x.type, self.c5, "c5")
         if (h, w) != (self.g5, self.g5):
             raise ShapeError(f"g5={self.g5} but C5 is {h}x{w}")
         cs = (self.c3, self.c4, self.c5)
-        sizes = _check_taps(self, net, x, cs, ("C3", "C4", "C5"))
-        oc, na, p = self.oc, 15 * self.a, Params()
-        for lvl, c, (gh, gw) in zip((3, 4, 5), cs, sizes):
-            p.add(f"neck{lvl}.weight", (oc, c), "he", fan_in=c, fan_out=oc)
-            p.flops += 2 * b * oc * c * gh * gw
-        for lvl, (gh, gw) in zip((3, 4, 5), sizes):
+        taps = _taps(self, g, net, x, cs, ("C3", "C4", "C5"))
+        oc, na = self.oc, 15 * self.a
+        # the seed's FLOPs count the matmuls and convs only (no biases, relus, upsampling, adds)
+        necks = [g.op("channel_matmul", c_l, params=[g.param(f"neck{lvl}.weight", (oc, c), "he", fan_in=c, fan_out=oc)])
+                 for lvl, c_l, c in zip((3, 4, 5), taps, cs)]
+        ps = [necks[2]]
+        for n_l in reversed(necks[:2]):
+            ps.insert(0, g.op("add", n_l, g.op("upsample", ps[0], scale=2, flops=0), flops=0))
+        for k, lvl in enumerate((3, 4, 5)):
             for t in range(self.tower):
-                p.conv(f"tower{lvl}.{t}.", oc, oc, 3, b, gh, gw, bias=True)
-        for lvl, (gh, gw) in zip((3, 4, 5), sizes):
-            p.add(f"head{lvl}.weight", (na, oc), "he", fan_in=oc, fan_out=na)
-            p.flops += 2 * b * na * oc * gh * gw
-        for lvl in (3, 4, 5):
-            p.add(f"head{lvl}.bias", (na,), "zeros")
-        n = na * sum(gh * gw for gh, gw in sizes)
-        return p.result(TensorType((b, n)))
+                y = conv(g, ps[k], f"tower{lvl}.{t}.", oc, oc, 3, 1, "symmetric", bias=True, bias_flops=0)
+                ps[k] = g.op("act", y, kind="relu", flops=0)
+        heads = [g.op("channel_matmul", p_l, params=[g.param(f"head{lvl}.weight", (na, oc), "he", fan_in=oc, fan_out=na)])
+                 for lvl, p_l in zip((3, 4, 5), ps)]
+        biases = [g.param(f"head{lvl}.bias", (na,), "zeros") for lvl in (3, 4, 5)]   # last: see the docstring
+        flat = [g.op("reshape", g.op("bias", y, params=[bb], flops=0), dims=(b, y.type.size // b))
+                for y, bb in zip(heads, biases)]
+        return g.op("concat", *flat, axis=1)

@@ -1,5 +1,6 @@
-"""Language-model kinds: token_position_embed (first layer) and lm_head.  Spec-only for now
-(embedding gather / one-hot and the per-position head's transpose are not primitives yet)."""
+"""Language-model kinds: token_position_embed (first layer; a spec-only shape rule for now:
+embedding gather / one-hot is not a primitive yet) and lm_head (built from the declared
+linear and transpose primitives)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -59,10 +60,11 @@ class LmHead(Layer):
     seq_len: int
     examples: ClassVar = [(dict(d_model=6, vocab_size=7, seq_len=4), TensorType((2, 4, 6)))]
 
-    def infer(self, x, net):
-        b, t, _ = tokens(x, self.d_model, "d_model")
+    def build(self, g, x, net):
+        b, t, _ = tokens(x.type, self.d_model, "d_model")
         if t != self.seq_len:
-            raise ShapeError(f"seq_len={self.seq_len} but the input has {t} tokens ({x.shape_str()})")
-        p = Params()
-        p.dense("", self.d_model, self.vocab_size, b * t)
-        return p.result(TensorType((b, self.vocab_size, t, 1)))
+            raise ShapeError(f"seq_len={self.seq_len} but the input has {t} tokens ({x.type.shape_str()})")
+        d, v = self.d_model, self.vocab_size
+        w = g.param("weight", (d, v), "he", fan_in=d, fan_out=v)
+        y = g.op("linear", x, params=[w, g.param("bias", (v,), "zeros")])
+        return g.op("reshape", g.op("transpose", y, perm=(0, 2, 1)), dims=(b, v, t, 1))

@@ -1,6 +1,7 @@
 """Transformer kinds: layer_norm, patch_embed (ViT), transformer_encoder, and the token-layout
-converters spatial_flatten / spatial_unflatten.  Spec-only for now (layer norm, matmul,
-softmax and transpose are not primitives yet).  LayerNorm ε = 1e-5, biased variance."""
+converters spatial_flatten / spatial_unflatten.  layer_norm and the converters are built from
+primitives (layer_norm and transpose are declared: no template yet); patch_embed and
+transformer_encoder are still spec-only shape rules (matmul, softmax are not primitives yet).  LayerNorm ε = 1e-5, biased variance."""
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -8,6 +9,7 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
+from ._common import ln
 from ._shape import Params, attention_flops, divides, image, tokens
 
 
@@ -21,15 +23,14 @@ class LayerNorm(Layer):
     dim: int
     examples: ClassVar = [(dict(dim=6), TensorType((2, 6))), (dict(dim=4), TensorType((2, 3, 4)))]
 
-    def infer(self, x, net):
-        if x.rank not in (2, 3):
-            raise ShapeError(f"expected [batch, dim] or [batch, tokens, dim], got {x.shape_str()}",
+    def build(self, g, x, net):
+        t = x.type
+        if t.rank not in (2, 3):
+            raise ShapeError(f"expected [batch, dim] or [batch, tokens, dim], got {t.shape_str()}",
                              hint="for [B, C, H, W] use conv_next_* (channel LayerNorm) or global_avg_pool first")
-        if x.dims[-1] != self.dim:
-            raise ShapeError(f"dim={self.dim} but the input's last axis has {x.dims[-1]} features ({x.shape_str()})")
-        p = Params()
-        p.ln("", self.dim, x.size)
-        return p.result(x)
+        if t.dims[-1] != self.dim:
+            raise ShapeError(f"dim={self.dim} but the input's last axis has {t.dims[-1]} features ({t.shape_str()})")
+        return ln(g, x, "")
 
 
 @register("patch_embed")
@@ -125,9 +126,9 @@ class SpatialFlatten(Layer):
     Assumptions: NCHW input."""
     examples: ClassVar = [({}, TensorType((2, 3, 4, 5)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x)
-        return Params().result(TensorType((b, h * w, c)))
+    def build(self, g, x, net):
+        b, c, h, w = image(x.type)
+        return g.op("reshape", g.op("transpose", x, perm=(0, 2, 3, 1)), dims=(b, h * w, c))
 
 
 @register("spatial_unflatten")
@@ -141,9 +142,10 @@ class SpatialUnflatten(Layer):
     width: int
     examples: ClassVar = [(dict(channels=3, height=4, width=5), TensorType((2, 20, 3)))]
 
-    def infer(self, x, net):
-        b, n, c = tokens(x, self.channels, "channels")
+    def build(self, g, x, net):
+        b, n, c = tokens(x.type, self.channels, "channels")
         if n != self.height * self.width:
             raise ShapeError(f"height·width = {self.height}·{self.width} = {self.height * self.width} "
                              f"but the input has {n} tokens")
-        return Params().result(TensorType((b, self.channels, self.height, self.width)))
+        y = g.op("reshape", x, dims=(b, self.height, self.width, c))
+        return g.op("transpose", y, perm=(0, 3, 1, 2))

@@ -1,5 +1,5 @@
-"""U-Net kinds: unet_down (a primitive graph: it lowers), unet_up and bilinear_upsample
-(spec-only: bilinear resize and channel concat are not primitives yet).
+"""U-Net kinds: unet_down (lowers), unet_up and bilinear_upsample (built from the declared
+upsample and concat primitives: they do not lower until those have templates).
 
 Skip pairing (the reference's rule): each unet_up takes the skip of the most recent unpaired
 unet_down (last in, first out); with none pending it takes the first unused earlier tap of
@@ -11,8 +11,8 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._common import check_channels, conv_bn
-from ._shape import STAGE_KINDS, Params, image, types_before
+from ._common import STAGE_KINDS, check_channels, conv_bn, layer_input, position
+from ._shape import image
 
 
 @register("unet_down")
@@ -34,36 +34,36 @@ class UnetDown(Layer):
         return g.op("max_pool", x, size=2, stride=2)
 
 
-def _skip_type(layer, net, x: TensorType) -> TensorType | None:
-    """The skip tensor `layer` (a unet_up) pairs with; None when used outside a net.  Replays
-    the pairing of every unet_up up to this one so that taps are consumed in order."""
-    found = types_before(layer, net, x.dims[0])
-    if found is None:
-        return None
-    pos, types = found
+def _skip(layer, g, net, x):
+    """(value, where) of the skip `layer` (a unet_up) pairs with, read from the graph: replays
+    the pairing of every unet_up up to this one so that taps are consumed in order.  Used on
+    its own (not inside a net), the skip is a free value of the shape it needs."""
+    pos = position(layer, net)
+    b, _, h, w = x.type.dims
+    if pos is None:
+        return g.free(TensorType((b, layer.oc, 2 * h, 2 * w))), "its skip"
     pending, taps, used = [], [], set()
     for j in range(pos + 1):
         kind = net.layers[j].layer.kind
-        t_in = types[j]
+        t_in = layer_input(g, j).type
         if kind == "unet_down":
             pending.append(j)
         elif kind in STAGE_KINDS and j < pos:
-            taps.append(types[j + 1])
+            taps.append(g.layer_outputs[j])
         elif kind == "max_pool" and t_in.rank == 4:
             s = net.layers[j].layer.stride
             if t_in.dims[2] % s == 0 and t_in.dims[3] % s == 0:
-                taps.append(t_in)
+                taps.append(layer_input(g, j))
         elif kind == "unet_up":
             up = net.layers[j].layer
             if pending:
                 d = pending.pop()
-                b, _, h, w = types[d].dims
-                skip = TensorType((b, net.layers[d].layer.oc, h, w))
-                where = f"the matching unet_down (layer {d})"
+                # the unet_down's output is its max_pool; the skip is what that pool read
+                skip, where = g.layer_outputs[d].node.inputs[0], f"the matching unet_down (layer {d})"
             else:
-                b, _, h, w = t_in.dims
-                want = (b, up.oc, 2 * h, 2 * w)
-                k = next((k for k, t in enumerate(taps) if k not in used and t.dims == want), None)
+                bj, _, hj, wj = t_in.dims
+                want = (bj, up.oc, 2 * hj, 2 * wj)
+                k = next((k for k, t in enumerate(taps) if k not in used and t.type.dims == want), None)
                 if k is None:
                     if j == pos:
                         raise ShapeError(f"no skip to pair with: no unet_down is pending and no earlier stage output "
@@ -74,7 +74,7 @@ def _skip_type(layer, net, x: TensorType) -> TensorType | None:
                 skip, where = taps[k], "its skip tap"
             if j == pos:
                 return skip, where
-    return None
+    raise AssertionError("lmc bug: unet_up not found in its own net")
 
 
 @register("unet_up")
@@ -89,22 +89,20 @@ class UnetUp(Layer):
     oc: int
     examples: ClassVar = [(dict(ic=4, oc=2), TensorType((2, 4, 3, 3)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        found = _skip_type(self, net, x)
-        if found is not None:
-            skip, where = found
-            if skip.dims[1] != self.oc:
-                raise ShapeError(f"oc={self.oc} but {where} gives a skip with {skip.dims[1]} channels")
-            if skip.dims[2:] != (2 * h, 2 * w):
-                raise ShapeError(f"upsampling {h}x{w} gives {2 * h}x{2 * w} but {where} gives a "
-                                 f"{skip.dims[2]}x{skip.dims[3]} skip",
-                                 hint="U-Net inputs need sides divisible by 2 per unet_down")
-        p = Params()
-        p.flops += 4 * b * self.ic * 4 * h * w
-        p.conv_bn("conv1.", self.ic + self.oc, self.oc, 3, b, 2 * h, 2 * w)
-        p.conv_bn("conv2.", self.oc, self.oc, 3, b, 2 * h, 2 * w)
-        return p.result(TensorType((b, self.oc, 2 * h, 2 * w)))
+    def build(self, g, x, net):
+        check_channels(x, self.ic)
+        _, _, h, w = x.type.dims
+        skip, where = _skip(self, g, net, x)
+        st = skip.type
+        if st.dims[1] != self.oc:
+            raise ShapeError(f"oc={self.oc} but {where} gives a skip with {st.dims[1]} channels")
+        if st.dims[2:] != (2 * h, 2 * w):
+            raise ShapeError(f"upsampling {h}x{w} gives {2 * h}x{2 * w} but {where} gives a "
+                             f"{st.dims[2]}x{st.dims[3]} skip",
+                             hint="U-Net inputs need sides divisible by 2 per unet_down")
+        y = g.op("concat", g.op("upsample", x, scale=2), skip, axis=1)
+        y = conv_bn(g, y, "conv1.", self.ic + self.oc, self.oc, 3, 1, "symmetric", "relu")
+        return conv_bn(g, y, "conv2.", self.oc, self.oc, 3, 1, "symmetric", "relu")
 
 
 @register("bilinear_upsample")
@@ -116,9 +114,6 @@ class BilinearUpsample(Layer):
     scale: int
     examples: ClassVar = [(dict(scale=2), TensorType((2, 3, 4, 5)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x)
-        out = TensorType((b, c, self.scale * h, self.scale * w))
-        p = Params()
-        p.flops += 4 * out.size
-        return p.result(out)
+    def build(self, g, x, net):
+        image(x.type)
+        return g.op("upsample", x, scale=self.scale)

@@ -8,6 +8,19 @@ Template contract (Python owns it; the template only spells it):
     fwd(inputs..., params...)          -> (y, saved..., stats...)
     bwd(dy, saved..., params...)       -> (d_inputs..., d_params...)
     eval(inputs..., params..., state...) -> y          (only where eval differs: batch norm)
+
+Everything the lowering and the tests need to know about a primitive lives on its class, so a
+new primitive is one class and one template and touches no other file:
+    stats() / state()        the types of the batch statistics fwd returns and of the running
+                             state they are folded into (`running = m·running + (1 − m)·stat`)
+    stats_reference(xp, …)   those statistics in float64;  eval_reference(xp, …, *state) the
+                             eval form (the plain reference when there is no state)
+    draw(rng, t, is_input)   a random test argument away from the primitive's kinks and ties
+
+A *declared* primitive has no template yet: its shape rule and FLOPs (and, where cheap, its
+reference) let layers be built from it and counted by `lmc info`, but a layer using it does
+not lower (`lmc render` refuses it) and the per-primitive tests skip it.  Adding the template
+file is what makes it lower.
 """
 from __future__ import annotations
 
@@ -15,6 +28,9 @@ import importlib
 import pkgutil
 from typing import ClassVar
 
+import numpy as np
+
+from ..render import TEMPLATES
 from ..types import TensorType
 
 PRIMS: dict[str, type] = {}
@@ -33,8 +49,7 @@ def primitive(name: str):
 class Prim:
     name: ClassVar[str]
     n_inputs: ClassVar[int] = 1
-    n_stats: ClassVar[int] = 0          # extra fwd outputs folded into state (BN batch mean/var)
-    has_eval: ClassVar[bool] = False
+    has_eval: ClassVar[bool] = False    # the template has an `eval` (it differs from fwd: state)
     # (attrs, input types, param types) triples used by the per-primitive oracle tests
     examples: ClassVar[list] = []
 
@@ -42,6 +57,11 @@ class Prim:
         self.attrs = attrs
         for k, v in attrs.items():
             setattr(self, k, v)
+
+    @classmethod
+    def lowered(cls) -> bool:
+        """Whether the primitive has its template (else it is declared only)."""
+        return (TEMPLATES / "prims" / f"{cls.name}.mlir.j2").is_file()
 
     def infer(self, ins: list[TensorType], ps: list[TensorType]) -> tuple[TensorType, int]:
         raise NotImplementedError
@@ -54,9 +74,38 @@ class Prim:
         """Extra template variables (numbers computed here, never in the template)."""
         return {}
 
+    def stats(self, ins, ps, out) -> list[TensorType]:
+        """Types of the batch statistics fwd returns after the saved values (BN: μ, σ²)."""
+        return []
+
+    def state(self, ins, ps, out) -> list[TensorType]:
+        """Types of the running state eval reads, one per stat (each stat is folded into its
+        state by the train step)."""
+        return self.stats(ins, ps, out)
+
     @staticmethod
     def reference(xp, *args, **attrs):
         raise NotImplementedError
+
+    @classmethod
+    def stats_reference(cls, xp, *args, **attrs) -> list:
+        """The batch statistics of `stats()` in float64 (the running state's targets)."""
+        return []
+
+    @classmethod
+    def eval_reference(cls, xp, *args, **attrs):
+        """y in eval mode: `args` are the inputs, params, then the running state."""
+        return cls.reference(xp, *args, **attrs)
+
+    def draw(self, rng: np.random.Generator, t: TensorType, is_input: bool) -> np.ndarray:
+        """A random f32 test argument of type t (an input, else a param).  Override to keep
+        inputs away from non-differentiable points, where the template and the reference may
+        legitimately pick different sub-gradients."""
+        return rng.standard_normal(t.dims).astype(np.float32)
+
+    def draw_state(self, rng: np.random.Generator, ts: list[TensorType]) -> list[np.ndarray]:
+        """Random f32 running state of types ts (for the eval test)."""
+        return [rng.standard_normal(t.dims).astype(np.float32) for t in ts]
 
     def key(self) -> str:
         return self.name + repr(sorted(self.attrs.items()))

@@ -1,11 +1,29 @@
 """Elementwise and shape primitives: activation, bias, add, reshape, global average pool."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..types import TensorType, flt
 from . import Prim, primitive
 
 GELU_C = 0.7978845608028654  # sqrt(2/pi): tanh-form GELU, as the reference and jax.nn.gelu(approximate=True)
+
+
+# act kind → its float64 formula (the template's math is templates/prims/act/<kind>.mlir.j2)
+# and the kinks random test inputs keep away from.  Adding an activation: one line here, one
+# fragment there (and its name in fields.Activation to reach it from YAML).
+ACTIVATIONS = {
+    "relu": lambda xp, x: xp.maximum(x, 0.0),
+    "relu6": lambda xp, x: xp.minimum(xp.maximum(x, 0.0), 6.0),
+    "swish": lambda xp, x: x / (1.0 + xp.exp(-x)),
+    "h_swish": lambda xp, x: x * xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+    "gelu": lambda xp, x: 0.5 * x * (1.0 + xp.tanh(GELU_C * (x + 0.044715 * x ** 3))),
+    "sigmoid": lambda xp, x: 1.0 / (1.0 + xp.exp(-x)),
+    "h_sigmoid": lambda xp, x: xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+}
+KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "h_swish": [-3.0, 3.0], "h_sigmoid": [-3.0, 3.0]}
+KINK_GAP = 0.05          # no test input within this distance of a kink
 
 
 @primitive("act")
@@ -14,8 +32,7 @@ class Act(Prim):
     gelu is the tanh form 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))), as the Lean kit and jax.nn.gelu."""
     inputs = ("x",)
     params = ()
-    examples = [(dict(kind=k), [TensorType((3, 5))], []) for k in
-                ("relu", "relu6", "swish", "h_swish", "gelu", "sigmoid", "h_sigmoid")]
+    examples = [(dict(kind=k), [TensorType((3, 5))], []) for k in ACTIVATIONS]
 
     def infer(self, ins, ps):
         (x,) = ins
@@ -23,24 +40,17 @@ class Act(Prim):
 
     @staticmethod
     def reference(xp, x, kind):
-        if kind == "relu":
-            return xp.maximum(x, 0.0)
-        if kind == "relu6":
-            return xp.minimum(xp.maximum(x, 0.0), 6.0)
-        if kind == "swish":
-            return x / (1.0 + xp.exp(-x))
-        if kind == "h_swish":
-            return x * xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0
-        if kind == "h_sigmoid":
-            return xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0
-        if kind == "sigmoid":
-            return 1.0 / (1.0 + xp.exp(-x))
-        if kind == "gelu":
-            return 0.5 * x * (1.0 + xp.tanh(GELU_C * (x + 0.044715 * x ** 3)))
-        raise ValueError(kind)
+        return ACTIVATIONS[kind](xp, x)
 
-    # kinks to keep random test inputs away from
-    kinks = {"relu": [0.0], "relu6": [0.0, 6.0], "h_swish": [-3.0, 3.0], "h_sigmoid": [-3.0, 3.0]}
+    def draw(self, rng, t, is_input):
+        kinks = KINKS.get(self.kind, [])
+        if not (is_input and kinks):
+            return super().draw(rng, t, is_input)
+        x = rng.uniform(-8.0, 8.0, t.dims)      # both sides of every kink (relu6 at 6, h_swish at ±3)
+        for k in kinks:
+            near = np.abs(x - k) < KINK_GAP
+            x[near] = k + np.where(x[near] >= k, KINK_GAP, -KINK_GAP)
+        return x.astype(np.float32)
 
 
 @primitive("bias")

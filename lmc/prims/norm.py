@@ -1,6 +1,9 @@
 """batch_norm: per-channel normalization over (batch, height, width) with batch statistics in
-training and running statistics in eval (ε = 1e-5, biased variance, as the Lean kit)."""
+training and running statistics in eval (ε = 1e-5, biased variance, as the Lean kit); and
+layer_norm (declared: no template yet), the same normalization over one axis per position."""
 from __future__ import annotations
+
+import numpy as np
 
 from ..errors import ShapeError
 from ..types import TensorType, flt
@@ -16,7 +19,6 @@ class BatchNorm(Prim):
     bwd: dγ = Σ dy·x̂, dβ = Σ dy, dx = rstd/N·(N·dx̂ − Σdx̂ − x̂·Σ(dx̂·x̂)), dx̂ = dy·γ."""
     inputs = ("x",)
     params = ("gamma", "beta")
-    n_stats = 2
     has_eval = True
     examples = [({}, [TensorType((3, 4, 5, 5))], [TensorType((4,)), TensorType((4,))]),
                 ({}, [TensorType((2, 3, 1, 1))], [TensorType((3,)), TensorType((3,))]),
@@ -35,6 +37,9 @@ class BatchNorm(Prim):
     def saved(self, ins, ps, out):
         return [ins[0], ps[0]]     # x̂ (shape of x) and rsqrt(σ²+ε) (shape [C])
 
+    def stats(self, ins, ps, out):
+        return [ps[0], ps[0]]      # μ and σ² per channel (shape [C]); the running state alike
+
     def context(self, ins, ps, out):
         (x,) = ins
         n = x.size // x.dims[1]
@@ -43,8 +48,50 @@ class BatchNorm(Prim):
 
     @staticmethod
     def reference(xp, x, gamma, beta):
+        mu, var = BatchNorm.stats_reference(xp, x, gamma, beta)
+        return BatchNorm.eval_reference(xp, x, gamma, beta, mu, var)
+
+    @classmethod
+    def stats_reference(cls, xp, x, gamma, beta):
+        """μ and the biased σ² per channel (what the running estimates follow)."""
         axes = (0, 2, 3) if x.ndim == 4 else (0,)
         shape = (1, -1) + (1,) * (x.ndim - 2)
-        mu = x.mean(axis=axes, keepdims=True)
-        var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+        mu = x.mean(axis=axes)
+        return [mu, ((x - mu.reshape(shape)) ** 2).mean(axis=axes)]
+
+    @classmethod
+    def eval_reference(cls, xp, x, gamma, beta, mean, var):
+        """y = γ·(x − mean)/√(var + ε) + β with given (running) statistics."""
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return (x - mean.reshape(shape)) / xp.sqrt(var.reshape(shape) + EPS) * gamma.reshape(shape) \
+            + beta.reshape(shape)
+
+    def draw_state(self, rng, ts):
+        mean, var = ts
+        return [rng.standard_normal(mean.dims).astype(np.float32),
+                rng.uniform(0.2, 3.0, var.dims).astype(np.float32)]     # a variance is positive
+
+
+@primitive("layer_norm")
+class LayerNorm(Prim):
+    """y = γ·(x − μ)/√(σ² + ε) + β with μ, σ² (biased) over `axis` at every other position:
+    the last axis for tokens, 1 (channels) for ConvNeXt's NCHW LayerNorm.  γ, β [x.dims[axis]].
+    FLOPs 8 per element (the seed's count, as batch norm's)."""
+    inputs = ("x",)
+    params = ("gamma", "beta")
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        d = x.dims[self.axis]
+        for p in ps:
+            if p.dims != (d,):
+                raise ShapeError(f"layer norm over {d} features got a parameter of shape {p.shape_str()}")
+        return x, 8 * x.size
+
+    @staticmethod
+    def reference(xp, x, gamma, beta, axis):
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        mu = x.mean(axis=axis, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=axis, keepdims=True)
         return (x - mu) / xp.sqrt(var + EPS) * gamma.reshape(shape) + beta.reshape(shape)

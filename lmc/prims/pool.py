@@ -2,6 +2,8 @@
 extra row/col on the high side).  Any size/stride, overlapping windows included."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Prim, primitive, same_pad
@@ -73,6 +75,15 @@ class MaxPool(Prim):
                 "iyt": TensorType((b, c, th, tw), "i32").mlir, "x6": _t(b, c, th, s, tw, s).mlir,
                 "i6": TensorType((b, c, th, s, tw, s), "i32").mlir,
                 "m6": TensorType((b, c, th, s, tw, s), "i1").mlir}
+
+    def draw(self, rng, t, is_input):
+        """Inputs: distinct values 4/size apart, so every window has a unique maximum and a
+        ±ε·t step never reorders one (the template takes the first maximum, the reference
+        any; ties are pinned down in test_max_pool_ties.py)."""
+        if not is_input:
+            return super().draw(rng, t, is_input)
+        x = (rng.permutation(t.size) - t.size / 2) * (4.0 / t.size)
+        return x.reshape(t.dims).astype(np.float32)
 
     @staticmethod
     def reference(xp, x, size, stride):

@@ -1,0 +1,135 @@
+"""Declared primitives (shape rule, FLOPs, float64 reference; no template yet): concat,
+transpose, upsample (bilinear), scale, channel_matmul, linear.  Layers built from them are
+counted by `lmc info` and refused by `lmc render` until each has its template."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..types import TensorType
+from . import Prim, primitive
+
+
+@primitive("concat")
+class Concat(Prim):
+    """y = [a, b, …] joined along `axis` (channels: 1).  bwd: slices of dy."""
+    inputs = ("a", "b")
+    params = ()
+    n_inputs = 2
+
+    def infer(self, ins, ps):
+        a = ins[0]
+        ax = self.axis
+        for t in ins[1:]:
+            if t.rank != a.rank or t.dims[:ax] + t.dims[ax + 1:] != a.dims[:ax] + a.dims[ax + 1:]:
+                raise ShapeError(f"cannot concatenate {a.shape_str()} and {t.shape_str()} along axis {ax}")
+        return TensorType(a.dims[:ax] + (sum(t.dims[ax] for t in ins),) + a.dims[ax + 1:]), 0
+
+    @staticmethod
+    def reference(xp, *args, axis):
+        return xp.concatenate(args, axis=axis)
+
+
+@primitive("transpose")
+class Transpose(Prim):
+    """y = x with its axes permuted: y.dims[i] = x.dims[perm[i]]."""
+    inputs = ("x",)
+    params = ()
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if sorted(self.perm) != list(range(x.rank)):
+            raise ShapeError(f"permutation {list(self.perm)} does not fit {x.shape_str()}")
+        return TensorType(tuple(x.dims[p] for p in self.perm)), 0
+
+    @staticmethod
+    def reference(xp, x, perm):
+        return xp.transpose(x, perm)
+
+
+def _bilinear_taps(n: int, s: int):
+    """Source rows (i0, i1) and weight of i1 for each of the n·s outputs: half-pixel centres
+    (align_corners = false), edges clamped — PyTorch's / jax.image.resize's bilinear."""
+    src = np.clip((np.arange(n * s) + 0.5) / s - 0.5, 0.0, n - 1)
+    i0 = np.floor(src).astype(int)
+    i1 = np.minimum(i0 + 1, n - 1)
+    return i0, i1, src - i0
+
+
+@primitive("upsample")
+class Upsample(Prim):
+    """Bilinear resize by an integer factor: [B, C, H, W] → [B, C, scale·H, scale·W].
+    FLOPs: 4 per output element (the seed's count)."""
+    inputs = ("x",)
+    params = ()
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if x.rank != 4:
+            raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.shape_str()}")
+        b, c, h, w = x.dims
+        out = TensorType((b, c, self.scale * h, self.scale * w))
+        return out, 4 * out.size
+
+    @staticmethod
+    def reference(xp, x, scale):
+        _, _, h, w = x.shape
+        i0, i1, f = _bilinear_taps(h, scale)
+        x = x[:, :, i0, :] * (1.0 - f)[:, None] + x[:, :, i1, :] * f[:, None]
+        j0, j1, f = _bilinear_taps(w, scale)
+        return x[:, :, :, j0] * (1.0 - f) + x[:, :, :, j1] * f
+
+
+@primitive("scale")
+class Scale(Prim):
+    """y = x · s broadcast along dim 1 (a per-channel scale, e.g. ConvNeXt's LayerScale)."""
+    inputs = ("x",)
+    params = ("s",)
+
+    def infer(self, ins, ps):
+        (x,), (s,) = ins, ps
+        if x.rank < 2 or s.dims != (x.dims[1],):
+            raise ShapeError(f"scale of shape {s.shape_str()} does not match {x.shape_str()}")
+        return x, x.size
+
+    @staticmethod
+    def reference(xp, x, s):
+        return x * s.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+@primitive("channel_matmul")
+class ChannelMatmul(Prim):
+    """y[b, o, …] = Σ_c w[o, c]·x[b, c, …]: a 1×1 convolution whose weight is stored [O, C]."""
+    inputs = ("x",)
+    params = ("w",)
+
+    def infer(self, ins, ps):
+        (x,), (w,) = ins, ps
+        if x.rank < 2 or w.rank != 2 or w.dims[1] != x.dims[1]:
+            raise ShapeError(f"a [{', '.join(map(str, w.dims))}] channel matmul does not fit {x.shape_str()}")
+        out = TensorType((x.dims[0], w.dims[0]) + x.dims[2:])
+        return out, 2 * out.size * w.dims[1]
+
+    @staticmethod
+    def reference(xp, x, w):
+        return xp.einsum("oc,bc...->bo...", w, x)
+
+
+@primitive("linear")
+class Linear(Prim):
+    """y = x·w (+ b) over the last axis: x [..., K], w [K, N], b [N] → [..., N]
+    (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted)."""
+    inputs = ("x",)
+    params = ("w", "b")
+
+    def infer(self, ins, ps):
+        x, w = ins[0], ps[0]
+        if x.rank < 2 or x.dims[-1] != w.dims[0]:
+            raise ShapeError(f"a [{w.dims[0]}, {w.dims[1]}] linear layer does not fit {x.shape_str()}")
+        if len(ps) > 1 and ps[1].dims != (w.dims[1],):
+            raise ShapeError(f"bias of shape {ps[1].shape_str()} does not match [{w.dims[1]}] outputs")
+        return TensorType(x.dims[:-1] + (w.dims[1],)), 2 * (x.size // w.dims[0]) * w.dims[0] * w.dims[1]
+
+    @staticmethod
+    def reference(xp, x, w, b=None):
+        return x @ w if b is None else x @ w + b
