@@ -155,7 +155,8 @@ def info(spec: SpecArg,
                            "params": sum(p.type.size for p in l.params), "flops": l.flops, "lowered": l.lowered}
                           for l in net.layers],
                "params": [{"name": p.name, "shape": list(p.type.dims), "init": p.init} for p in net.params],
-               "state": [{"name": s.name, "shape": list(s.type.dims), "init": s.init} for s in net.state]}
+               "state": [{"name": s.name, "shape": list(s.type.dims), "init": s.init} for s in net.state],
+               "train_abi": _train_abi(net)}
         print(json.dumps(out, indent=2))
         return
     # the spec's name and layer text are the user's: escaped, or "[/x]" in a name is a MarkupError
@@ -177,6 +178,24 @@ def info(spec: SpecArg,
         for s in net.state:
             pt.add_row("", s.name + " [dim](state)[/dim]", s.type.shape_str(), s.init)
         console.print(pt)
+
+
+def _train_abi(net) -> dict | None:
+    """The training functions' layout for machines: the hp vector's entries, each tensor's
+    optimizer, the optimizer-state order, the label tensor (None without a recipe; the refusal
+    when lmc cannot lower it)."""
+    if net.spec.train is None:
+        return None
+    from .lower import abi
+    try:
+        a = abi(net)
+    except LmcError as e:
+        return {"refused": e.message}
+    return {"hp": list(a.hp), "loss": a.loss.name, "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
+            "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
+            "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
+            "head_lr": sorted(a.head), "grad_accum_steps": a.accum,
+            "functions": ["train_step"] if a.accum == 1 else ["grad_step", "apply_step"]}
 
 
 @app.command(cls=_Command)

@@ -475,3 +475,28 @@ def test_unimplemented_loss_has_a_hint():
     assert r.exit_code == 2
     hint = r.stderr.splitlines()[1]
     assert hint.startswith("hint: lowered losses: ") and "class_ce" in hint and "bce" not in hint
+
+
+# ---------------------------------------------------------------- the update side of the recipe
+
+
+def test_info_json_states_the_hp_layout_and_optimizer_per_tensor():
+    r = run("info", RECIPE, "--json", "--set", "train.optimizer=rmsprop", "--set", "train.use_adam=false",
+            "--set", "train.grad_clip_norm=1", "--set", "train.use_ema=true")
+    assert r.exit_code == 0
+    t = json.loads(r.stdout)["train_abi"]
+    assert t["hp"] == ["lr", "weight_decay", "t", "bn_momentum", "label_smoothing", "rmsprop.rho", "rmsprop.eps",
+                       "rmsprop.mu", "grad_clip_norm", "ema_decay"]
+    assert set(t["optimizers"].values()) == {"rmsprop"} and t["ema"] == list(t["optimizers"])
+    assert [s for s, _ in t["opt_state"]] == ["v"] * len(t["optimizers"]) + ["buf"] * len(t["optimizers"])
+    r = run("info", RECIPE, "--json", "--set", "train.grad_accum_steps=4")
+    assert json.loads(r.stdout)["train_abi"]["functions"] == ["grad_step", "apply_step"]
+
+
+def test_head_lr_mult_needs_a_final_dense_layer(tmp_path):
+    p = write(tmp_path, CONV_HEAD.replace("epochs: 1}", "epochs: 1, head_lr_mult: 10}").replace(
+        "conv2d: {ic: 1, oc: 10, k_size: 3}", "conv2d: {ic: 1, oc: 10, k_size: 3}\n  - global_avg_pool"))
+    r = run("render", p)
+    assert r.exit_code == 2
+    assert f"{p}:6:" in r.stderr and ("head_lr_mult scales the lr of the final dense head, but the last layer "
+                                      "with parameters is layer 0 (conv2d)") in r.stderr
