@@ -204,7 +204,6 @@ def unsupported(net: TypedNet, functions: str = "all") -> list:
     of them, not just the first): layers with no lowering yet and, for @train_step, the loss and
     optimizer.  The one definition of "what will not render": lower() raises the first item,
     `lmc validate` prints each as a warning, `lmc train` checks them before loading any data."""
-    from .errors import LmcError
     errs = []
     for l in net.layers:
         if not l.lowered:
@@ -216,8 +215,11 @@ def unsupported(net: TypedNet, functions: str = "all") -> list:
     if functions in ("all", "train_step") and cfg is not None:
         try:
             abi(net)               # asks the loss and optimizer registries; errors come located
-        except LmcError as e:
+        except NotImplementedKind as e:
             errs.append(e)
+        # any other error (a SpecError: head_lr_mult without a dense head, an optimizer with no
+        # tensor to act on) means the recipe does not fit the net: the spec is invalid, and
+        # `lmc validate` must fail on it too, so it propagates
     return errs
 
 

@@ -496,6 +496,8 @@ def test_info_json_states_the_hp_layout_and_optimizer_per_tensor():
 def test_head_lr_mult_needs_a_final_dense_layer(tmp_path):
     p = write(tmp_path, CONV_HEAD.replace("epochs: 1}", "epochs: 1, head_lr_mult: 10}").replace(
         "conv2d: {ic: 1, oc: 10, k_size: 3}", "conv2d: {ic: 1, oc: 10, k_size: 3}\n  - global_avg_pool"))
+    r = run("validate", p)        # a recipe that does not fit the net: an error, not a warning
+    assert r.exit_code == 2 and r.stderr.startswith(f"error: {p}:6:") and "head_lr_mult" in r.stderr
     r = run("render", p)
     assert r.exit_code == 2
     assert f"{p}:6:" in r.stderr and ("head_lr_mult scales the lr of the final dense head, but the last layer "
