@@ -167,7 +167,7 @@ def test_info_json():
     assert r.exit_code == 0
     out = json.loads(r.stdout)
     assert set(out) == {"name", "input_shape", "output_shape", "total_params", "total_flops", "layers",
-                        "params", "state"}
+                        "params", "state", "train_abi"}
     assert (out["name"], out["input_shape"], out["output_shape"]) == ("recipe", [32, 1, 8, 8], [32, 10])
     assert out["total_params"] == 2610 == sum(l["params"] for l in out["layers"])
     assert out["total_flops"] == sum(l["flops"] for l in out["layers"]) > 0
