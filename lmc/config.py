@@ -73,7 +73,7 @@ class LossKind:
             name = value
         else:
             raise SpecError(f"{where}: expected a loss kind ({kinds}), got {show(value)}")
-        name = snake(str(name).lstrip("."))      # the seed writes `.classCE`
+        name = snake(str(name).lstrip("."))      # the seed writes Lean constructors, `.camelCase`
         if name not in all_losses():
             raise SpecError(f"{where}: unknown loss kind {show(name)}; expected one of {kinds}")
         return cls(name, *loss_class(name).parse_params(args, where))
