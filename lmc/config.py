@@ -9,6 +9,8 @@ from typing import Any
 
 from .errors import Loc, SpecError
 from .fields import Choice, OptimizerKind, coerce, show, snake
+from .types import TensorType
+from .losses import BOXES, CLASS, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
 
 REQUIRED = object()
 
@@ -27,32 +29,39 @@ class DatasetKind(Choice):
     synthetic = "synthetic"    # seeded random data of the spec's shapes
 
 
-_LOSS_KINDS = {
-    # name: (parameter name, parameter type) or None
-    "class_ce": None, "soft_label_ce": None, "per_pixel_ce": None, "per_pixel_dice": None,
-    "per_pixel_dice_ce": None, "per_pixel_weighted_ce": ("weights", list[float]),
-    "per_pixel_focal_ce": ("gamma", float), "float_target_mse": None, "yolov1_masked": None,
-    "bce": None,
-}
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LossKind:
-    """The primary loss.  Parameterized kinds are written as mappings:
-    `per_pixel_weighted_ce: {weights: [1, 4, 4]}`, `per_pixel_focal_ce: {gamma: 2.0}`."""
+    """The primary loss: a kind declared in lmc/losses (which also owns its parameters) and the
+    values of those parameters, in the loss's order.  Parameterized kinds are written as
+    mappings, `<kind>: {<parameter>: value}`; `LossKind(kind, *values)` builds one directly
+    (a missing value takes the parameter's default) and `.<parameter>` reads a value."""
     kind: str
-    weights: tuple[float, ...] = ()
-    gamma: float = 2.0
+    values: tuple = ()
+
+    def __init__(self, kind: str, *values):
+        params = loss_class(kind).params
+        if len(values) > len(params):
+            raise TypeError(f"lmc bug: loss {kind} takes {len(params)} parameters, got {len(values)}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "values", tuple(values) + tuple(p.default for p in params[len(values):]))
+
+    def __getattr__(self, name: str):
+        if not name.startswith("_") and "kind" in self.__dict__:
+            for p, v in zip(loss_class(self.kind).params, self.values):
+                if p.name == name:
+                    return v
+        raise AttributeError(f"loss {self.__dict__.get('kind')!r} has no parameter {name!r}")
 
     @property
     def is_seg(self) -> bool:
-        """The seed's LossKind.isSeg: the per-pixel (segmentation) kinds."""
-        return self.kind.startswith("per_pixel_")
+        """The seed's LossKind.isSeg (declared by the loss: it consumes per-pixel masks)."""
+        return loss_class(self.kind).is_seg
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "LossKind":
         if isinstance(value, LossKind):
             return value
+        kinds = ", ".join(all_losses())
         args: dict = {}
         if isinstance(value, dict) and len(value) == 1:
             (name, args), = value.items()
@@ -63,34 +72,14 @@ class LossKind:
         elif isinstance(value, str):
             name = value
         else:
-            raise SpecError(f"{where}: expected a loss kind ({', '.join(_LOSS_KINDS)}), got {show(value)}")
-        name = snake(str(name).lstrip("."))      # the seed writes `.classCE`
-        if name not in _LOSS_KINDS:
-            raise SpecError(f"{where}: unknown loss kind {show(name)}; expected one of {', '.join(_LOSS_KINDS)}")
-        param = _LOSS_KINDS[name]
-        extra = set(args) - ({param[0]} if param else set())
-        if extra:
-            raise SpecError(f"{where}: loss '{name}' has no parameter {show(sorted(map(str, extra))[0])}")
-        kw = {}
-        if param:
-            pname, ptype = param
-            if pname not in args and name == "per_pixel_weighted_ce":
-                raise SpecError(f"{where}: per_pixel_weighted_ce needs `weights: [w0, w1, ...]`")
-            if pname in args:
-                v = coerce(args[pname], ptype, f"{where}.{pname}")
-                if pname == "weights" and (not v or any(w <= 0 for w in v)):
-                    raise SpecError(f"{where}.weights: expected a non-empty list of positive numbers, got {list(v)}")
-                if pname == "gamma" and v < 0:
-                    raise SpecError(f"{where}.gamma: expected a number >= 0, got {v}")
-                kw[pname] = v
-        return cls(name, **kw)
+            raise SpecError(f"{where}: expected a loss kind ({kinds}), got {show(value)}")
+        name = snake(str(name).lstrip("."))      # the seed writes Lean constructors, `.camelCase`
+        if name not in all_losses():
+            raise SpecError(f"{where}: unknown loss kind {show(name)}; expected one of {kinds}")
+        return cls(name, *loss_class(name).parse_params(args, where))
 
     def __str__(self) -> str:
-        if self.kind == "per_pixel_weighted_ce":
-            return f"per_pixel_weighted_ce(weights={list(self.weights)})"
-        if self.kind == "per_pixel_focal_ce":
-            return f"per_pixel_focal_ce(gamma={self.gamma})"
-        return self.kind
+        return loss_class(self.kind).describe(self.values)
 
 
 # (yaml name, type, default).  Order and defaults: the Lean kit's TrainConfig
@@ -152,7 +141,7 @@ _FIELDS: list[tuple[str, Any, Any]] = [
     ("use_tta", bool, False),
     ("tta_samples", int, 5),
     ("use_yolov1", bool, False),
-    ("loss_kind", LossKind, LossKind("class_ce")),
+    ("loss_kind", LossKind, LossKind(default_loss())),
     ("bootstrap_backbone", tuple[str, int] | None, None),
     ("bootstrap_backbone_range", tuple[str, int, int, int] | None, None),
     ("checkpoint_every_n_epochs", int, 10),
@@ -242,8 +231,14 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
     return cfg
 
 
-# Datasets whose label record is a per-pixel mask rather than one class index (losses.md §1).
-SEG_DATASETS = frozenset({"pets", "brats", "brats224"})
+# The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
+# segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
+DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES}
+
+
+def dataset_labels(dataset) -> str:
+    """The label format `dataset` (a DatasetKind, its name or None) delivers."""
+    return DATASET_LABELS.get(getattr(dataset, "value", dataset), CLASS)
 
 
 def effective_loss(cfg, dataset=None) -> LossKind:
@@ -253,11 +248,11 @@ def effective_loss(cfg, dataset=None) -> LossKind:
     ds = getattr(dataset, "value", dataset)
     if cfg.loss_kind.kind != "class_ce":
         return cfg.loss_kind
-    if cfg.use_yolov1 or ds == "pets_det":
+    if cfg.use_yolov1 or dataset_labels(ds) == BOXES:
         return LossKind("yolov1_masked")
-    if ds in SEG_DATASETS:
+    if dataset_labels(ds) == MASK:
         return LossKind("per_pixel_ce")
-    if cfg.use_mixup or cfg.use_cutmix or cfg.use_knn_mixup:
+    if mixup_mode(cfg):
         return LossKind("soft_label_ce")
     return cfg.loss_kind
 
@@ -306,36 +301,21 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
         return f"{up}, or {down}"
 
     ds = getattr(dataset, "value", dataset)
-    loss = effective_loss(cfg, ds)
-    soft_aug = cfg.use_mixup or cfg.use_cutmix or cfg.use_knn_mixup
-    if cfg.use_focal:
-        # focal is a modifier of integer-label CE; on yolov1_masked it switches objectness to focal BCE
-        if loss.kind not in ("class_ce", "yolov1_masked"):
-            hint = "; for segmentation use loss_kind: {per_pixel_focal_ce: {gamma: 2}}" if loss.is_seg else ""
-            err(f"use_focal needs integer labels (class_ce), but the loss is {loss}{hint}", "use_focal")
-        if cfg.label_smoothing != 0.0 and loss.kind == "class_ce":
-            err("use_focal requires label_smoothing = 0 (focal mixes poorly with smoothing)", "label_smoothing",
-                also=("use_focal",))
+    kind = effective_loss(cfg, ds)
+    loss = loss_for(kind)
+    for r in loss.focal_rules(cfg) if cfg.use_focal else []:
+        err(r.message, r.field, also=r.also, hint=r.hint)
     if cfg.use_swag and not cfg.use_swa:
         err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
-    if cfg.use_yolov1 and cfg.loss_kind.kind not in ("class_ce", "yolov1_masked"):
-        err(f"use_yolov1 conflicts with loss_kind {cfg.loss_kind}", "loss_kind")
-    if loss.kind == "yolov1_masked" and soft_aug:
-        err("yolov1_masked (use_yolov1) cannot be combined with mixup/cutmix/knn-mixup", "use_yolov1")
-    # added (losses.md §1): the yolo target is a box tensor; there is nothing to smooth
-    if loss.kind == "yolov1_masked" and cfg.label_smoothing != 0.0:
-        err("yolov1_masked (use_yolov1) requires label_smoothing = 0", "label_smoothing")
-    if loss.is_seg and soft_aug:
-        err(f"{loss} (per-pixel labels) cannot be combined with mixup/cutmix/knn-mixup", "loss_kind")
-    # added (losses.md §1): focal already reweights by confidence, and Dice alone has no
-    # one-hot target to smooth (per_pixel_dice_ce smooths its CE half only)
-    if loss.kind in ("per_pixel_focal_ce", "per_pixel_dice") and cfg.label_smoothing != 0.0:
-        err(f"{loss} requires label_smoothing = 0", "label_smoothing")
-    # added (seed DatasetKind): pets_det carries YOLO targets, the seg datasets per-pixel masks
-    if ds == "pets_det" and loss.kind != "yolov1_masked":
-        err(f"dataset pets_det needs the yolov1_masked loss (use_yolov1: true), not {loss}", "loss_kind")
-    if ds in SEG_DATASETS and not loss.is_seg:
-        err(f"dataset {ds} has per-pixel labels and needs a per_pixel_* loss, not {loss}", "loss_kind")
+    # use_yolov1 asks for the box targets: a loss given explicitly must consume them
+    if cfg.use_yolov1 and loss.label_format != BOXES:
+        err(f"use_yolov1 conflicts with loss_kind {kind}", "loss_kind")
+    for r in loss.rules(cfg, soft_aug=mixup_mode(cfg) is not None):
+        err(r.message, r.field, also=r.also, hint=r.hint)
+    # added (seed DatasetKind): a dataset of masks or boxes needs a loss that consumes them
+    fmt = dataset_labels(ds)
+    if fmt != CLASS and loss.label_format != fmt:
+        err(f"dataset {ds} {dataset_need(fmt)}, not {kind}", "loss_kind")
     if cfg.use_muon and cfg.use_shampoo:
         err("use_muon and use_shampoo are exclusive", "use_shampoo", also=("use_muon",))
     if cfg.bf16_conv and not cfg.bf16:
@@ -353,24 +333,20 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
 
 def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple | None = None,
                       dataset=None) -> None:
-    """Rules that need the net: weighted-CE weights length = class count, head prior length.
-    With the output's dims the label layout is checked too: a per-pixel loss needs logits
-    [B, NC, H, W] (NC = the class count), class_ce / soft_label_ce / bce need [B, NC]."""
-    loss = effective_loss(cfg, dataset)
+    """Rules that need the net: the loss's parameters against the class count
+    (Loss.check_classes), the head prior's length.  With the output's dims the loss's logits
+    layout is checked first (Loss.check_output: e.g. a per-pixel loss needs [B, NC, H, W], where
+    NC is then the class count; the one definition of that rule, lower.abi asks it through here)."""
+    loss = loss_for(effective_loss(cfg, dataset))
     if output_dims is not None:
-        rank = len(output_dims)
-        if loss.is_seg:
-            if rank != 4:
-                raise SpecError(f"{loss} needs per-pixel logits [batch, classes, height, width], but the "
-                                f"net's output is {list(output_dims)}", loc_of("loss_kind"))
+        why = loss.check_output(TensorType(tuple(output_dims)))
+        if why:
+            raise SpecError(why, loc_of("loss_kind"), hint=loss.rank_hint)
+        if loss.is_seg:          # per-pixel logits [B, NC, H, W] carry the class count in dim 1
             num_classes = output_dims[1]
-        elif loss.kind in ("class_ce", "soft_label_ce", "bce") and rank != 2:
-            raise SpecError(f"{loss} needs logits [batch, classes], but the net's output is {list(output_dims)}",
-                            loc_of("loss_kind"),
-                            hint="end the net with global_avg_pool or flatten, then dense")
-    if loss.kind == "per_pixel_weighted_ce" and num_classes and len(loss.weights) != num_classes:
-        raise SpecError(f"per_pixel_weighted_ce has {len(loss.weights)} weights but the net has "
-                        f"{num_classes} classes", loc_of("loss_kind"))
+    why = loss.check_classes(num_classes)
+    if why:
+        raise SpecError(why, loc_of("loss_kind"))
     if cfg.head_prior_bias and num_classes and len(cfg.head_prior_bias) != num_classes:
         raise SpecError(f"head_prior_bias has {len(cfg.head_prior_bias)} values but the net has "
                         f"{num_classes} classes", loc_of("head_prior_bias"))

@@ -116,7 +116,7 @@ def check_recipe_fits(net: TypedNet) -> None:
     """The recipe against the inferred net (config.check_against_net): the loss's label layout
     against the output's rank, the class count of weights and priors.  One check for every path:
     `lmc validate` runs it, lower() before rendering a @train_step (render, compile, bench; a
-    class_ce loss on a rank-4 output would not compile) and Trainer before anything else."""
+    loss of logits [B, NC] on a rank-4 output would not compile) and Trainer before anything else."""
     s = net.spec
     if s.train is None:
         return

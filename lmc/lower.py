@@ -108,9 +108,7 @@ def abi(net: TypedNet) -> Abi:
         raise NotImplementedKind(f"not implemented yet: {', '.join('train.' + f for f in refused)} "
                                  f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
                                  hint="remove the field from the recipe (or set it to its default)")
-    why = loss.check_output(out)
-    if why:
-        raise SpecError(why, net.spec.loc("train", "loss_kind"), hint=loss.rank_hint)
+    check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
     where = "optimizer" if cfg.optimizer.value != "sgd" else next(
         (f for f in ("use_shampoo", "use_muon", "use_adam") if getattr(cfg, f)), "optimizer")
     try:

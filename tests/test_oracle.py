@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from lmc.infer import infer  # noqa: E402
 from lmc.layers import all_layers, lowers  # noqa: E402
-from lmc.losses import all_losses  # noqa: E402
+from lmc.losses import lowered_losses  # noqa: E402
 from lmc.lower import abi, hyperparams, lower  # noqa: E402
 from lmc.optim import GLOBAL_HP, all_optimizers  # noqa: E402
 from lmc.spec import load_spec  # noqa: E402
@@ -63,7 +63,7 @@ def _registry_cases(registry) -> dict:
     return out
 
 
-LOSSES = _registry_cases(all_losses())
+LOSSES = _registry_cases(lowered_losses())
 OPTIMIZERS = _registry_cases(all_optimizers())
 # the update-side knobs, on the grid net (name → (train fields, runtime variants))
 KNOBS = {

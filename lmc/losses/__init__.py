@@ -1,25 +1,43 @@
-"""The loss registry: one module per loss kind, each a `Loss` subclass that owns everything the
-lowering, the trainer and the tests need to know about it — the label tensor it takes given the
-net's output, its template context, the runtime hyperparameters it reads (they become entries
-of the hp vector), what it counts as `correct`, the labels the data pipeline must hand it, and a
-float64 reference written against an array namespace `xp` (NumPy or jax.numpy, like
+"""The loss registry: one module per loss kind of the seed's LossKind, each a `Loss` subclass
+that owns everything the recipe checks, the lowering, the trainer and the tests need to know
+about it — its parameters (`{gamma: 2}`), the label format it consumes, which recipe switches it
+combines with (`rules`), the net output it needs (`check_output`), the label tensor it takes
+given the net's output, its template context, the runtime hyperparameters it reads (they become
+entries of the hp vector), what it counts as `correct`, the labels the data pipeline must hand
+it, and a float64 reference written against an array namespace `xp` (NumPy or jax.numpy, like
 `Prim.reference`).  Its template `templates/losses/<name>.mlir.j2` holds one function:
 
     @<name>_<sig>(logits, labels, hp...) -> (loss: tensor<f32>, dlogits, correct: tensor<f32>)
 
 `loss` is the batch mean, `dlogits` its gradient (hand-derived), `correct` the metric count.
-A loss kind that parses (config.LossKind) but has no module here is refused by `lmc render`
-and `lmc train` as not implemented yet.  Modules are discovered automatically."""
+
+Declared and lowered: every kind the seed names has a module, so parsing and the recipe rules
+(config.LossKind, config.check_rules, config.check_against_net) ask the loss itself.  A kind is
+*lowered* exactly when its template `templates/losses/<name>.mlir.j2` exists (one rule, read at
+registration: `Loss.lowered`); a declared kind without one is refused by `lmc render` and
+`lmc train` as not implemented yet (`make_loss`).  Modules are discovered automatically; no
+loss name appears outside its own module (config.effective_loss, the seed's derivation, aside)."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from ..errors import NotImplementedKind, SpecError
+from ..fields import coerce, show
+from ..render import TEMPLATES
 from ..types import TensorType
+
+# The label formats a loss consumes (and a dataset delivers: config.DATASET_LABELS).
+CLASS = "class ids"         # int class index per sample
+SOFT = "soft"               # f32 target distribution per sample (rows sum to 1)
+MULTI_HOT = "multi-hot"     # f32 0/1 per class and sample
+MASK = "mask"               # int class index per pixel
+BOXES = "boxes"             # YOLO box targets
+FLOAT = "float"             # f32 regression target of the output's shape
 
 LOSSES: dict[str, type] = {}
 
@@ -29,29 +47,113 @@ def register(name: str):
         if name in LOSSES:
             raise RuntimeError(f"loss {name!r} registered twice")
         cls.name = name
+        cls.lowered = (TEMPLATES / "losses" / f"{name}.mlir.j2").is_file()
+        cls.is_seg = cls.label_format == MASK     # the seed's LossKind.isSeg
         LOSSES[name] = cls
         return cls
     return deco
 
 
+@dataclass(frozen=True)
+class Param:
+    """A loss parameter, written `loss_kind: {<loss>: {<name>: value}}`."""
+    name: str
+    type: Any                                   # a fields.coerce type hint
+    default: Any = None
+    example: str | None = None                  # set: required, and the missing-error shows this
+    check: Callable[[Any], str | None] | None = None   # value → why it is invalid (None: fine)
+
+
+class Rule(NamedTuple):
+    """A recipe combination a loss refuses: the message, the field it is reported at, the other
+    fields of the rule (named when an option set them) and a hint."""
+    message: str
+    field: str
+    also: tuple[str, ...] = ()
+    hint: str | None = None
+
+
 class Loss:
     name: ClassVar[str]
+    lowered: ClassVar[bool]           # set by register: the template exists
+    is_seg: ClassVar[bool]            # set by register: the label format is MASK
+    # the seed's LossKind order (the order `expected one of ...` lists the kinds)
+    order: ClassVar[int]
+    # the seed's default loss_kind (exactly one kind says so)
+    default: ClassVar[bool] = False
+    params: ClassVar[tuple[Param, ...]] = ()
+    label_format: ClassVar[str] = CLASS
+    # use_focal modifies this loss (it is not refused by the recipe rules)
+    accepts_focal: ClassVar[bool] = False
+    # for a loss of the same label format under use_focal: what to write instead
+    instead_of_focal: ClassVar[str | None] = None
+    # a dataset delivering this loss's label format, given another loss: "dataset <ds> <this>, not <loss>"
+    dataset_need: ClassVar[str | None] = None
     # runtime hyperparameters the template takes after (logits, labels), in this order; each is
     # a TrainConfig field name (its value is read by hp_values) and an entry of the hp vector
     hp: ClassVar[tuple[str, ...]] = ()
-    # the logits' rank this loss needs, and the hint when the net ends otherwise
-    logits_rank: ClassVar[int] = 2
-    rank_hint: ClassVar[str] = "end the net with global_avg_pool or flatten, then dense"
+    # the logits' rank this loss needs (None: any), their layout as the error says it, and the
+    # hint when the net ends otherwise
+    logits_rank: ClassVar[int | None] = 2
+    logits_layout: ClassVar[str] = "logits [batch, classes]"
+    rank_hint: ClassVar[str | None] = "end the net with global_avg_pool or flatten, then dense"
     # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])]
     examples: ClassVar[list] = []
 
     def __init__(self, kind):
-        self.kind = kind              # the config.LossKind (carries weights / gamma)
+        self.kind = kind              # the config.LossKind (carries the parameter values)
+
+    @classmethod
+    def parse_params(cls, args: dict, where: str) -> tuple:
+        """`{name: value}` from the YAML mapping → the parameter values in declaration order."""
+        extra = set(args) - {p.name for p in cls.params}
+        if extra:
+            raise SpecError(f"{where}: loss '{cls.name}' has no parameter {show(sorted(map(str, extra))[0])}")
+        values = []
+        for p in cls.params:
+            if p.name not in args:
+                if p.example is not None:
+                    raise SpecError(f"{where}: {cls.name} needs `{p.name}: {p.example}`")
+                values.append(p.default)
+                continue
+            v = coerce(args[p.name], p.type, f"{where}.{p.name}")
+            why = p.check(v) if p.check else None
+            if why:
+                raise SpecError(f"{where}.{p.name}: {why}")
+            values.append(v)
+        return tuple(values)
+
+    @classmethod
+    def describe(cls, values: tuple) -> str:
+        """The kind as messages name it: `per_pixel_focal_ce(gamma=2.0)`, `class_ce`."""
+        if not cls.params:
+            return cls.name
+        shown = (f"{p.name}={list(v) if isinstance(v, tuple) else v}" for p, v in zip(cls.params, values))
+        return f"{cls.name}({', '.join(shown)})"
+
+    def focal_rules(self, cfg) -> list[Rule]:
+        """Under use_focal: focal modifies integer-label CE (and yolo's objectness); elsewhere it is
+        refused, naming the losses it modifies and, where one exists, the kind to use instead."""
+        if self.accepts_focal:
+            return []
+        takes = ", ".join(n for n, c in all_losses().items() if c.accepts_focal and c.label_format == CLASS)
+        instead = next((c.instead_of_focal for c in all_losses().values()
+                        if c.instead_of_focal and c.label_format == self.label_format), None)
+        return [Rule(f"use_focal needs integer labels ({takes}), but the loss is {self.kind}"
+                     + (f"; {instead}" if instead else ""), "use_focal")]
+
+    def rules(self, cfg, soft_aug: bool) -> list[Rule]:
+        """The recipe combinations this loss refuses (`soft_aug`: mixup, cutmix or knn-mixup is on)."""
+        return []
 
     def check_output(self, out: TensorType) -> str | None:
-        """Why a net with this output cannot use the loss (None when it can)."""
-        if out.rank != self.logits_rank:
-            return (f"{self.kind} needs logits [batch, classes], but the net's output is {list(out.dims)}")
+        """Why a net with this output cannot use the loss (None when it can); `rank_hint` goes with it."""
+        if self.logits_rank is not None and out.rank != self.logits_rank:
+            return f"{self.kind} needs {self.logits_layout}, but the net's output is {list(out.dims)}"
+        return None
+
+    def check_classes(self, num_classes: int | None) -> str | None:
+        """Why the loss's parameters do not fit a net of `num_classes` classes (None: they do)."""
         return None
 
     def refused(self, cfg) -> list[str]:
@@ -61,7 +163,7 @@ class Loss:
 
     def labels(self, out: TensorType) -> TensorType:
         """The label tensor of @train_step for logits of type `out`."""
-        raise NotImplementedError
+        raise NotImplementedError(f"lmc bug: loss {self.name} has no label ABI")
 
     def context(self, logits: TensorType, labels: TensorType) -> dict:
         """Template variables (every number computed here, never in the template)."""
@@ -99,28 +201,52 @@ _loaded = False
 
 
 def all_losses() -> dict[str, type]:
+    """Every declared loss kind, in the seed's order."""
     global _loaded
     if not _loaded:
         _loaded = True
         for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             if not m.name.startswith("_"):
                 importlib.import_module(f"{__name__}.{m.name}")
-    return dict(LOSSES)
+        orders = sorted(c.order for c in LOSSES.values())
+        if orders != list(range(len(LOSSES))):
+            raise RuntimeError(f"lmc bug: loss orders {orders} are not 0..{len(LOSSES) - 1}")
+    return dict(sorted(LOSSES.items(), key=lambda kv: kv[1].order))
+
+
+def default_loss() -> str:
+    """The kind `loss_kind` defaults to (the one declaring `default = True`)."""
+    (name,) = [n for n, c in all_losses().items() if c.default]
+    return name
+
+
+def lowered_losses() -> dict[str, type]:
+    """The declared kinds that have a template (what `lmc render` and `lmc train` accept)."""
+    return {n: c for n, c in all_losses().items() if c.lowered}
+
+
+def loss_class(name: str) -> type:
+    losses = all_losses()
+    if name not in losses:
+        raise RuntimeError(f"lmc bug: no loss module declares {name!r}")
+    return losses[name]
+
+
+def loss_for(kind) -> Loss:
+    """The declared loss for a config.LossKind (lowered or not: for the recipe rules)."""
+    return loss_class(kind.kind)(kind)
 
 
 def make_loss(kind) -> Loss:
-    """The registered loss for a config.LossKind, or a clear refusal."""
-    losses = all_losses()
-    if kind.kind not in losses:
+    """The lowered loss for a config.LossKind, or a clear refusal."""
+    loss = loss_for(kind)
+    if not loss.lowered:
         raise NotImplementedKind(f"not implemented yet: loss {kind}",
-                                 hint=f"lowered losses: {', '.join(sorted(losses))}")
-    return losses[kind.kind](kind)
+                                 hint=f"lowered losses: {', '.join(sorted(lowered_losses()))}")
+    return loss
 
 
-def check_output(kind, out_dims, loc=None) -> None:
-    """The output-vs-loss rule for a registered loss (a SpecError at `loc`)."""
-    losses = all_losses()
-    if kind.kind in losses:
-        why = losses[kind.kind](kind).check_output(TensorType(tuple(out_dims)))
-        if why:
-            raise SpecError(why, loc, hint=losses[kind.kind].rank_hint)
+def dataset_need(label_format: str) -> str | None:
+    """What a dataset delivering `label_format` needs, as the loss consuming it says it."""
+    return next((c.dataset_need for c in all_losses().values()
+                 if c.label_format == label_format and c.dataset_need), None)

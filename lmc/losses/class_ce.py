@@ -5,13 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import TensorType, f32, i32
-from . import Loss, near_ties, register
+from . import CLASS, Loss, Rule, near_ties, register
 
 
 @register("class_ce")
 class ClassCE(Loss):
+    order = 0
+    default = True                # the seed's default loss_kind (config.effective_loss derives from it)
+    label_format = CLASS
+    accepts_focal = True          # a modifier of integer-label CE (the template does not have it yet: refused)
     hp = ("label_smoothing",)
     examples = [({}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})])]
+
+    def focal_rules(self, cfg):
+        if cfg.label_smoothing != 0.0:
+            return [Rule("use_focal requires label_smoothing = 0 (focal mixes poorly with smoothing)",
+                         "label_smoothing", also=("use_focal",))]
+        return []
 
     def refused(self, cfg):
         return ["use_focal"] if cfg.use_focal else []

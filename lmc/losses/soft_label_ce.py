@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import TensorType, f32
-from . import Loss, near_ties, register
+from . import SOFT, Loss, near_ties, register
 
 
 @register("soft_label_ce")
 class SoftLabelCE(Loss):
+    order = 1
+    label_format = SOFT
     examples = [({"loss_kind": "soft_label_ce"}, [("", {})])]
 
     def labels(self, out):
