@@ -12,17 +12,39 @@ import time
 
 import numpy as np
 
-from lmc.optim import select
 from lmc.prims import same_pad
 
 
-def _adam(cfg) -> bool:
-    """The peers implement SGD, SGD + momentum and Adam(W); refuse the rest instead of timing
-    another optimizer's step."""
-    name = select(cfg)
-    if name not in ("sgd", "adam"):
-        raise NotImplementedError(f"benchmark peers implement sgd and adam, not {name}")
-    return name == "adam"
+def _recipe(net, lr):
+    """What the peers implement of the recipe: the lowered net's loss must be class_ce (both
+    peers spell it as softmax cross-entropy with smoothing); every optimizer of the registry (JAX
+    runs each tensor's `reference` under jit; PyTorch uses torch.optim for sgd and adam, the
+    reference for the rest); no clipping, head multiplier, EMA or accumulation.  Returns (abi,
+    hp: name → value at step 1, decay: param name → bool)."""
+    from lmc.lower import abi, hyperparams
+    a = abi(net)
+    cfg = net.spec.train
+    if a.loss.name != "class_ce":
+        raise NotImplementedError(f"benchmark peers implement class_ce, not {a.loss.name}")
+    knobs = [k for k in ("grad_clip_norm", "head_lr_mult", "ema_decay", "grad_scale") if k in a.hp]
+    if knobs:
+        raise NotImplementedError(f"benchmark peers do not implement {', '.join(knobs)}")
+    hp = dict(zip(a.hp, hyperparams(a, cfg, lr, 1)))
+    decay = {p.name: not (cfg.wd_exclude_norm_bias and p.type.rank < 2) for p in net.params}
+    return a, hp, decay
+
+
+def _update(xp, a, hp, decay, params, opt, grads, t):
+    """Every tensor's update by its optimizer's registry reference (opt: {(slot, name): array})."""
+    new_p, new_o = [], {}
+    for p, w, gr in zip(a.params, params, grads):
+        o = a.optimizers[p.name]
+        ohp = {h: (t if h == "t" else hp[f"{o.name}.{h}"]) for h in o.hp}
+        w2, slots = o.reference(xp, w, gr, {s: opt[(s, p.name)] for s in o.slots}, hp["lr"], hp["weight_decay"],
+                                decay[p.name], **ohp)
+        new_p.append(w2)
+        new_o.update({(s, p.name): v for s, v in slots.items()})
+    return new_p, new_o
 
 
 # ----------------------------------------------------------------------------- JAX
@@ -77,8 +99,8 @@ def jax_step(net, lr=1e-4):
 
     cfg = net.spec.train
     g = net.graph
-    adam = _adam(cfg)
-    mu, wd, eps_ls = cfg.momentum, cfg.weight_decay, cfg.label_smoothing
+    a, hp, decay = _recipe(net, lr)
+    eps_ls = cfg.label_smoothing
 
     ops = _jax_ops()
 
@@ -111,30 +133,12 @@ def jax_step(net, lr=1e-4):
 
     def step(params, opt, x, y, t):
         (l, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, y)
-        if adam:
-            m, v = opt
-            m = [0.9 * a + 0.1 * gr for a, gr in zip(m, grads)]
-            v = [0.999 * a + 0.001 * gr * gr for a, gr in zip(v, grads)]
-            c1, c2 = 1 - 0.9 ** t, 1 - 0.999 ** t
-            params = [p - lr * (mm / c1) / (jnp.sqrt(vv / c2) + 1e-8) - lr * wd * p
-                      for p, mm, vv in zip(params, m, v)]
-            opt = (m, v)
-        elif mu > 0:
-            grads = [gr + wd * p for gr, p in zip(grads, params)]
-            opt = [mu * b + gr for b, gr in zip(opt, grads)]
-            params = [p - lr * b for p, b in zip(params, opt)]
-        else:
-            params = [p - lr * (gr + wd * p) for p, gr in zip(params, grads)]
+        params, opt = _update(jnp, a, hp, decay, params, opt, grads, t)
         return params, opt, l, stats
 
     rng = np.random.default_rng(0)
     params = [jnp.asarray((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32)) for p in g.params]
-    if adam:
-        opt = ([jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params])
-    elif mu > 0:
-        opt = [jnp.zeros_like(p) for p in params]
-    else:
-        opt = []
+    opt = {k: jnp.asarray(v) for k, v in zip(a.opt_keys, a.initial_opt())}
     x = jnp.asarray(rng.standard_normal(net.input.dims).astype(np.float32))
     y = jnp.asarray(rng.integers(0, nc, net.batch).astype(np.int32))
     jstep = jax.jit(step, donate_argnums=(0, 1))
@@ -196,7 +200,7 @@ def torch_step(net, lr=1e-4, compile=False):
     torch.manual_seed(0)
     cfg = net.spec.train
     g = net.graph
-    adam = _adam(cfg)
+    a, hp, decay = _recipe(net, lr)
     nc = net.output.type.dims[-1]
     rng = np.random.default_rng(0)
     params = [torch.tensor((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32), requires_grad=True)
@@ -226,18 +230,36 @@ def torch_step(net, lr=1e-4, compile=False):
         # ("Cannot convert expression to float").
         torch._dynamo.reset()
         loss_fn = torch.compile(loss_fn, dynamic=False)
-    if adam:
+    names = {o.name for o in a.optimizers.values()}
+    if any(not d for d in decay.values()) and names & {"sgd", "adam"}:
+        raise NotImplementedError("benchmark peers: wd_exclude_norm_bias with torch.optim (one param group)")
+    if names == {"adam"}:
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, eps=1e-8)
-    else:
+    elif names == {"sgd"}:
         opt = torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    else:                   # the registry's reference, in torch, under no_grad
+        opt = None
+        state = {"opt": {k: torch.tensor(v) for k, v in zip(a.opt_keys, a.initial_opt())}, "t": 1.0}
     x = torch.tensor(rng.standard_normal(net.input.dims).astype(np.float32))
     y = torch.tensor(rng.integers(0, nc, net.batch))
 
     def call():
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        else:
+            for p in params:
+                p.grad = None
         l = loss_fn(x, y)
         l.backward()
-        opt.step()
+        if opt is not None:
+            opt.step()
+        else:
+            with torch.no_grad():
+                new_p, state["opt"] = _update(torch, a, hp, decay, params, state["opt"], [p.grad for p in params],
+                                              state["t"])
+                for p, w in zip(params, new_p):
+                    p.copy_(w)
+            state["t"] += 1
         return float(l.detach())
 
     return call
