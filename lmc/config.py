@@ -257,13 +257,6 @@ def effective_loss(cfg, dataset=None) -> LossKind:
     return cfg.loss_kind
 
 
-def effective_optimizer(cfg) -> OptimizerKind:
-    """`optimizer` left at sgd with `use_adam: true` means Adam (the older boolean wins)."""
-    if cfg.optimizer == OptimizerKind.sgd and cfg.use_adam:
-        return OptimizerKind.adam
-    return cfg.optimizer
-
-
 def mixup_mode(cfg) -> str | None:
     """Which soft-label augmentation a batch gets: exactly one, by the reference's priority
     KNN-mixup > mixup > cutmix (losses.md §3), so knn-mixup wins over mixup and mixup over cutmix."""
@@ -318,6 +311,12 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
         err(f"dataset {ds} {dataset_need(fmt)}, not {kind}", "loss_kind")
     if cfg.use_muon and cfg.use_shampoo:
         err("use_muon and use_shampoo are exclusive", "use_shampoo", also=("use_muon",))
+    for flag_name in ("use_muon", "use_shampoo"):
+        chosen = flag_name.removeprefix("use_")
+        if getattr(cfg, flag_name) and cfg.optimizer.value not in ("sgd", "adam", chosen):
+            err(f"{flag_name} conflicts with optimizer: {cfg.optimizer.value} ({flag_name} selects {chosen}, "
+                f"with AdamW for the other tensors)", flag_name, also=("optimizer",),
+                hint=f"drop {flag_name}, or set optimizer: {chosen}")
     if cfg.bf16_conv and not cfg.bf16:
         err("bf16_conv is only meaningful with bf16: true", "bf16_conv", also=("bf16",))
     if cfg.warmup_epochs > cfg.epochs:

@@ -10,7 +10,7 @@ from textwrap import dedent
 import pytest
 
 from lmc.config import (TRAIN_FIELDS, DatasetKind, LossKind, TrainConfig, _FIELDS, check_against_net,
-                        check_rules, effective_loss, effective_optimizer, mixup_mode, parse_train)
+                        check_rules, effective_loss, mixup_mode, parse_train)
 from lmc.errors import LmcError, MultiError, ShapeError, SpecError
 from lmc.fields import MAX_INT, Activation, OptimizerKind, Padding, PadStyle, coerce, snake
 from lmc.infer import infer
@@ -651,11 +651,21 @@ def test_effective_loss_derivation():
     assert effective_loss(cfg(loss_kind=LossKind("bce"), use_mixup=True)).kind == "bce"
 
 
-def test_effective_optimizer():
-    assert effective_optimizer(cfg()) == OptimizerKind.sgd
-    assert effective_optimizer(cfg(use_adam=True)) == OptimizerKind.adam
-    assert effective_optimizer(cfg(optimizer=OptimizerKind.rmsprop, use_adam=True)) == OptimizerKind.rmsprop
-    assert effective_optimizer(parse(BASE + "  optimizer: adam\n")) == OptimizerKind.adam
+def test_optimizer_selection():
+    """lmc.optim.select, the one place the optimizer is decided: `optimizer` wins; left at sgd,
+    the seed's booleans pick use_shampoo > use_muon > use_adam."""
+    from lmc.optim import select
+    assert select(cfg()) == "sgd"
+    assert select(cfg(use_adam=True)) == "adam"
+    assert select(cfg(optimizer=OptimizerKind.rmsprop, use_adam=True)) == "rmsprop"
+    assert select(parse(BASE + "  optimizer: adam\n")) == "adam"
+    assert select(cfg(use_muon=True, use_adam=True)) == "muon"
+    assert select(cfg(use_shampoo=True, use_adam=True)) == "shampoo"
+    assert select(cfg(optimizer=OptimizerKind.adam, use_muon=True)) == "muon"     # AdamW for the rest
+    assert select(cfg(optimizer=OptimizerKind.muon)) == "muon"
+    assert rule_errors("  optimizer: lamb\n  use_muon: true\n") == [
+        (6, "use_muon conflicts with optimizer: lamb (use_muon selects muon, with AdamW for the other tensors)")]
+    assert rule_errors("  optimizer: shampoo\n  use_shampoo: true\n") == []
     assert [OptimizerKind.parse(v, "o") for v in ("sgd", ".adam", "rmsprop", "lamb", "muon", "shampoo")] == \
         list(OptimizerKind)
 

@@ -97,20 +97,18 @@ def _load():
 
 
 def select(cfg) -> str:
-    """The optimizer the recipe asks for — the one place this is decided.  `optimizer` names it;
-    left at sgd, the seed's older booleans pick: use_shampoo > use_muon > use_adam (the IREE
-    path's priority; use_muon and use_shampoo together are refused in config.check_rules).
-    An explicit `optimizer` other than sgd wins over the booleans."""
-    name = cfg.optimizer.value
-    if name != "sgd":
-        return name
+    """The optimizer the recipe asks for — the one place this is decided.  The seed's IREE-path
+    booleans first, as that path reads them: use_shampoo, then use_muon (each with AdamW for the
+    tensors it does not act on, so `optimizer: adam` or `use_adam` alongside is consistent; any
+    other `optimizer` is a conflict, refused by config.check_rules, as is muon with shampoo);
+    then `optimizer` when it is not the default sgd; then use_adam; else sgd."""
     if cfg.use_shampoo:
         return "shampoo"
     if cfg.use_muon:
         return "muon"
-    if cfg.use_adam:
-        return "adam"
-    return "sgd"
+    if cfg.optimizer.value != "sgd":
+        return cfg.optimizer.value
+    return "adam" if cfg.use_adam else "sgd"
 
 
 def make_optimizer(name: str, cfg) -> Optimizer:
