@@ -19,8 +19,6 @@ registration: `Loss.lowered`); a declared kind without one is refused by `lmc re
 loss name appears outside its own module (config.effective_loss, the seed's derivation, aside)."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NamedTuple
 
@@ -28,6 +26,7 @@ import numpy as np
 
 from ..errors import NotImplementedKind, SpecError
 from ..fields import coerce, show
+from ..registry import discover, registrar
 from ..render import TEMPLATES
 from ..types import TensorType
 
@@ -42,16 +41,12 @@ FLOAT = "float"             # f32 regression target of the output's shape
 LOSSES: dict[str, type] = {}
 
 
-def register(name: str):
-    def deco(cls):
-        if name in LOSSES:
-            raise RuntimeError(f"loss {name!r} registered twice")
-        cls.name = name
-        cls.lowered = (TEMPLATES / "losses" / f"{name}.mlir.j2").is_file()
-        cls.is_seg = cls.label_format == MASK     # the seed's LossKind.isSeg
-        LOSSES[name] = cls
-        return cls
-    return deco
+def _derive(cls):
+    cls.lowered = (TEMPLATES / "losses" / f"{cls.name}.mlir.j2").is_file()
+    cls.is_seg = cls.label_format == MASK     # the seed's LossKind.isSeg
+
+
+register = registrar(LOSSES, "loss", on_register=_derive)
 
 
 @dataclass(frozen=True)
@@ -197,17 +192,9 @@ def near_ties(z: np.ndarray) -> int:
     return int(np.sum(s[:, -1] - s[:, -2] < 1e-4 * (1 + np.abs(s[:, -1]))))
 
 
-_loaded = False
-
-
 def all_losses() -> dict[str, type]:
     """Every declared loss kind, in the seed's order."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if not m.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{m.name}")
+    if discover(__name__, __path__):
         orders = sorted(c.order for c in LOSSES.values())
         if orders != list(range(len(LOSSES))):
             raise RuntimeError(f"lmc bug: loss orders {orders} are not 0..{len(LOSSES) - 1}")

@@ -12,25 +12,17 @@ one place that reads the recipe's `optimizer` and the seed's older booleans.  Mo
 discovered automatically."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import ClassVar
 
 from ..errors import NotImplementedKind
+from ..registry import discover, registrar
 
 OPTIMIZERS: dict[str, type] = {}
 # hyperparameters every optimizer may read under these names (not namespaced)
 GLOBAL_HP = ("t",)
 
 
-def register(name: str):
-    def deco(cls):
-        if name in OPTIMIZERS:
-            raise RuntimeError(f"optimizer {name!r} registered twice")
-        cls.name = name
-        OPTIMIZERS[name] = cls
-        return cls
-    return deco
+register = registrar(OPTIMIZERS, "optimizer")
 
 
 class Optimizer:
@@ -84,16 +76,8 @@ def all_optimizers() -> dict[str, type]:
     return dict(OPTIMIZERS)
 
 
-_loaded = False
-
-
 def _load():
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if not m.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{m.name}")
+    discover(__name__, __path__)
 
 
 def select(cfg) -> str:
