@@ -45,7 +45,9 @@ def _plain(params):
     return params
 
 
-class _Command(typer.core.TyperCommand):
+class _PlainHelp:
+    """Mixed into typer's command and group classes: plain metavars in --help (see _plain)."""
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         _plain(self.params)
@@ -55,14 +57,12 @@ class _Command(typer.core.TyperCommand):
         return _plain([opt])[0] if opt is not None else None
 
 
-class _Group(typer.core.TyperGroup):
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        _plain(self.params)
+class _Command(_PlainHelp, typer.core.TyperCommand):
+    pass
 
-    def get_help_option(self, ctx):
-        opt = super().get_help_option(ctx)
-        return _plain([opt])[0] if opt is not None else None
+
+class _Group(_PlainHelp, typer.core.TyperGroup):
+    pass
 
 
 app = typer.Typer(cls=_Group, rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
