@@ -18,7 +18,6 @@ from lmc.infer import infer
 from lmc.layers import all_layers, lowers
 from lmc.lower import lower
 from lmc.spec import load_spec
-from lmc.types import TensorType
 
 ROOT = Path(__file__).resolve().parent.parent
 
