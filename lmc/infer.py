@@ -1,12 +1,11 @@
-"""NetSpec → TypedNet: runs every layer's shape rule (by building its primitive graph, or its
-`infer` for the spec-only kinds not yet built from primitives) and adds the layer's location
-to any error.  A layer is lowered when every primitive it expands into has a template."""
+"""NetSpec → TypedNet: runs every layer's shape rule (by building its primitive graph) and adds
+the layer's location to any error.  A layer is lowered when every primitive it expands into has a template."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .errors import LmcError, NotImplementedKind, ShapeError
-from .graph import Graph, Node, Param, State, Value
+from .graph import Graph, Param, State, Value
 from .spec import NetSpec
 from .types import TensorType
 
@@ -74,20 +73,8 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         n_params, n_state, n_nodes = len(g.params), len(g.state), len(g.nodes)
         where = f"layer {entry.index} ({layer.kind})"
         try:
-            if layer.builds:
-                x = layer.build(g, x, spec)
-                lowered = all(n.prim.lowered() for n in g.nodes[n_nodes:])
-            else:
-                inf = layer.infer(x.type, spec)
-                for p in inf.params:
-                    g.params.append(_prefixed(p, g.prefix))
-                for s in inf.state:
-                    g.state.append(_prefixed(s, g.prefix))
-                node = Node(None, [x], g.params[n_params:], g.state[n_state:], layer=entry.index, flops=inf.flops)
-                node.out = g._value(inf.out, node)
-                g.nodes.append(node)
-                x = node.out
-                lowered = False
+            x = layer.build(g, x, spec)
+            lowered = all(n.prim.lowered() for n in g.nodes[n_nodes:])
         except ShapeError as e:
             e.message = f"{where}: {e.message}"
             raise e.located(entry.loc)
@@ -124,7 +111,3 @@ def check_recipe_fits(net: TypedNet) -> None:
     check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
                       output_dims=net.output.type.dims, dataset=s.dataset)
 
-
-def _prefixed(p, prefix):
-    import dataclasses
-    return dataclasses.replace(p, name=prefix + p.name) if not p.name.startswith(prefix) else p

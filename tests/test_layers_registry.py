@@ -62,12 +62,10 @@ def make(kind: str, fields):
 
 
 def standalone(layer, t: TensorType) -> TensorType:
-    """Shape-check `layer` on its own (not inside a net): build or infer, return the output."""
+    """Shape-check `layer` on its own (not inside a net): build it, return the output type."""
     net = NetSpec(name="t", input=t.dims[1:], layers=(), file="<test>")
-    if layer.builds:
-        g = Graph()
-        return layer.build(g, g.input(t), net).type
-    return layer.infer(t, net).out
+    g = Graph()
+    return layer.build(g, g.input(t), net).type
 
 
 def in_net(layer, t: TensorType):
@@ -260,16 +258,20 @@ def test_lowering_kinds():
 def test_mbconv_se_width_is_canonical():
     # SE width bic/4 (16/4 = 4 for block 0, oc/4 = 6 after), not mid/4
     t = TensorType((1, 16, 8, 8))
-    inf = make("mb_conv", dict(ic=16, oc=24, expand=6, k_size=3, stride=1, n_blocks=2, use_se=True)).infer(t, None)
-    se = {p.name: p.shape for p in inf.params if ".se." in p.name}
+    g = Graph()
+    net = NetSpec(name="t", input=t.dims[1:], layers=(), file="<t>")
+    make("mb_conv", dict(ic=16, oc=24, expand=6, k_size=3, stride=1, n_blocks=2, use_se=True)).build(g, g.input(t), net)
+    se = {p.name: p.shape for p in g.params if ".se." in p.name}
     assert se["0.se.reduce.weight"] == (4, 96, 1, 1)
     assert se["1.se.reduce.weight"] == (6, 144, 1, 1)
 
 
 def test_mobilenet_v3_se_width_is_rounded_to_8():
-    inf = make("mb_conv_v3", dict(ic=24, oc=40, expand_ch=72, k_size=5, stride=2, use_se=True)).infer(
-        TensorType((1, 24, 8, 8)), None)
-    assert {p.name: p.shape for p in inf.params}["se.reduce.weight"] == (24, 72, 1, 1)   # 72/4 = 18 → 24
+    t = TensorType((1, 24, 8, 8))
+    g = Graph()
+    make("mb_conv_v3", dict(ic=24, oc=40, expand_ch=72, k_size=5, stride=2, use_se=True)).build(
+        g, g.input(t), NetSpec(name="t", input=t.dims[1:], layers=(), file="<t>"))
+    assert {p.name: p.shape for p in g.params}["se.reduce.weight"] == (24, 72, 1, 1)   # 72/4 = 18 → 24
 
 
 def test_uib_takes_the_stride_on_the_middle_depthwise():

@@ -3,9 +3,7 @@ seed's argument order) registered under its snake_case kind.
 
 A layer *builds*: `build(g, x, net)` expands it into primitives on the graph, which is also
 its shape rule.  It lowers when all those primitives have templates; one built from declared
-primitives (no template yet) is counted by `lmc info` and refused by `lmc render`.  A few
-kinds still give only `infer(x, net)` (output type, parameter tensors, FLOPs) — TODO: build
-them from declared primitives too, then `Inferred` and `_shape.Params` go.
+primitives (no template yet) is counted by `lmc info` and refused by `lmc render`.
 
 Modules in this package are discovered automatically: adding a layer is one new file."""
 from __future__ import annotations
@@ -13,12 +11,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..errors import NotImplementedKind
-from ..graph import Param, State
-from ..types import TensorType
 
 LAYERS: dict[str, type] = {}
 
@@ -33,15 +28,6 @@ def register(kind: str):
     return deco
 
 
-@dataclass(frozen=True)
-class Inferred:
-    """What a spec-only layer's shape rule returns."""
-    out: TensorType
-    params: list[Param] = field(default_factory=list)
-    flops: int = 0
-    state: list[State] = field(default_factory=list)
-
-
 class Layer:
     """Base of every layer kind.  Subclasses are frozen dataclasses."""
     kind: ClassVar[str]
@@ -50,18 +36,10 @@ class Layer:
     # int fields for which 0 is a legal value
     zero_ok: ClassVar[frozenset] = frozenset()
 
-    @property
-    def builds(self) -> bool:
-        """Whether the kind expands into primitives (else: the older `infer` shape rule)."""
-        return type(self).build is not Layer.build
-
     def build(self, g, x, net):
         """Expand into primitives on graph `g`; return the output Value."""
         raise NotImplementedKind(f"not implemented yet: {self.kind} (it is counted by `lmc info` "
                                  f"but cannot be lowered to StableHLO yet)")
-
-    def infer(self, x: TensorType, net) -> Inferred:
-        raise NotImplementedError(f"lmc bug: layer {self.kind} has neither build nor infer")
 
     def describe(self) -> str:
         vals = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)]

@@ -46,20 +46,67 @@ def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False, bias_flops=
     return y
 
 
-def bn(g, x, name):
+def bn(g, x, name, flops=None):
     c = x.type.dims[1]
     gamma = g.param(f"{name}gamma", (c,), "ones")
     beta = g.param(f"{name}beta", (c,), "zeros")
     rm = g.stat(f"{name}running_mean", (c,), "zeros")
     rv = g.stat(f"{name}running_var", (c,), "ones")
-    return g.op("batch_norm", x, params=[gamma, beta], state=[rm, rv])
+    return g.op("batch_norm", x, params=[gamma, beta], state=[rm, rv], flops=flops)
 
 
-def conv_bn(g, x, name, ic, oc, k, stride, style, activation, groups=1):
-    """conv (no bias) → batch norm → activation; params weight, gamma, beta (Lean kit order)."""
+def conv_bn(g, x, name, ic, oc, k, stride, style, activation, groups=1, seed_act_flops=False):
+    """conv (no bias) → batch norm → activation; params weight, gamma, beta (Lean kit order).
+    seed_act_flops: the unit is counted as if it had an activation (one FLOP per element) even
+    when it has none — the seed's count for the kinds that were spec-only, which `lmc info` keeps."""
     y = conv(g, x, name, ic, oc, k, stride, style, groups)
-    y = bn(g, y, name)
+    no_act = getattr(activation, "value", activation) == "identity"
+    y = bn(g, y, name, flops=9 * y.type.size if seed_act_flops and no_act else None)
     return act(g, y, activation)
+
+
+def linear(g, x, name, fi, fo, bias=True):
+    """y = x·w (+ b) over the last axis: weight [fi, fo] (He fan-in, the Lean kit's transformer
+    init), bias [fo] (zeros).  A `dense` on [B, F] (it lowers), a `linear` on token streams."""
+    w = g.param(f"{name}weight", (fi, fo), "he", fan_in=fi, fan_out=fo)
+    ps = [w, g.param(f"{name}bias", (fo,), "zeros")] if bias else [w]
+    return g.op("dense" if x.type.rank == 2 and bias else "linear", x, params=ps)
+
+
+def channel_shuffle(g, x, groups):
+    """ShuffleNet's channel shuffle of NCHW x: [B, g·n, H, W] → view [B, g, n, H, W] →
+    swap the two → [B, n·g, H, W] (channel i·n + j goes to j·g + i)."""
+    b, c, h, w = x.type.dims
+    y = g.op("reshape", x, dims=(b, groups, c // groups, h, w))
+    return g.op("reshape", g.op("transpose", y, perm=(0, 2, 1, 3, 4)), dims=(b, c, h, w))
+
+
+def heads_split(g, x, heads):
+    """[B, N, D] → [B, heads, N, D/heads]."""
+    b, n, d = x.type.dims
+    return g.op("transpose", g.op("reshape", x, dims=(b, n, heads, d // heads)), perm=(0, 2, 1, 3))
+
+
+def attention(g, q, k, v, heads, causal=False, rope=False, bias=None):
+    """Multi-head scaled dot-product attention: q [B, Nq, D], k, v [B, Nk, D] → [B, Nq, D];
+    heads of D/heads, softmax(q·kᵀ/√dh (+ bias)) · v, optionally causal and with rotary q, k.
+    `bias` [.., heads, Nq, Nk] is added to the scores of each trailing group of batches (Swin's
+    windows).  FLOPs 4·B·Nq·Nk·D + 5·B·Nq·Nk (the seed's count: the softmax per query-key
+    pair, not per head; the rotation and the bias not counted)."""
+    b, nq, d = q.type.dims
+    nk = k.type.dims[1]
+    qh, kh, vh = (heads_split(g, t, heads) for t in (q, k, v))
+    if rope:
+        qh, kh = g.op("rope", qh, flops=0), g.op("rope", kh, flops=0)
+    s = g.op("matmul", qh, g.op("transpose", kh, perm=(0, 1, 3, 2)))
+    if bias is not None:
+        dims = s.type.dims
+        grouped = (s.type.size // bias.type.size,) + bias.type.dims
+        s5 = g.op("reshape", s, dims=grouped)
+        s = g.op("reshape", g.op("add", s5, g.op("broadcast", bias, dims=grouped), flops=0), dims=dims)
+    p = g.op("softmax", s, scale=1.0 / (d // heads) ** 0.5, causal=causal, flops=5 * b * nq * nk)
+    o = g.op("transpose", g.op("matmul", p, vh), perm=(0, 2, 1, 3))
+    return g.op("reshape", o, dims=(b, nq, d))
 
 
 def ln(g, x, name, axis=-1):

@@ -1,8 +1,8 @@
-"""Multi-branch CNN blocks from the reference's bestiary: fire_module (built from primitives; its
-channel concat is declared, so it does not lower yet), and spec-only shape rules for now
-(average pools, channel shuffles, leaky relu are not primitives yet):
-inception_module, aspp_module, darknet_block, csp_block, dense_block, transition_layer,
-shuffle_block, shuffle_v2_block.  Convolutions are unbiased and followed by batch norm
+"""Multi-branch CNN blocks from the reference's bestiary: fire_module, inception_module,
+aspp_module, darknet_block, csp_block, dense_block, transition_layer, shuffle_block,
+shuffle_v2_block, built from conv / batch_norm / act units and declared primitives (concat,
+slice, transpose, avg_pool, dilated_conv, broadcast, leaky_relu, window_max), so none lowers
+yet.  Convolutions are unbiased and followed by batch norm
 unless stated; "same" padding keeps H×W at stride 1 and gives ⌈H/2⌉ at stride 2.
 
 Parameter lists follow the Lean kit's `Layer.nParams` (layers.md §3) where it describes a
@@ -14,8 +14,9 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._common import conv_bn
-from ._shape import Params, ceil_div, image
+from ..prims import same_pad
+from ._common import bn, channel_shuffle, conv, conv_bn
+from ._shape import image
 
 
 @register("fire_module")
@@ -59,18 +60,18 @@ class InceptionModule(Layer):
     examples: ClassVar = [(dict(ic=6, b1out=2, b2reduce=2, b2out=3, b3reduce=1, b3out=2, b4out=2),
                            TensorType((2, 6, 5, 5)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        p = Params()
-        p.conv_bn("b1.", self.ic, self.b1out, 1, b, h, w)
-        p.conv_bn("b2_reduce.", self.ic, self.b2reduce, 1, b, h, w)
-        p.conv_bn("b2.", self.b2reduce, self.b2out, 3, b, h, w)
-        p.conv_bn("b3_reduce.", self.ic, self.b3reduce, 1, b, h, w)
-        p.conv_bn("b3.", self.b3reduce, self.b3out, 5, b, h, w)
-        p.flops += 9 * x.size                       # the 3×3 max-pool
-        p.conv_bn("b4.", self.ic, self.b4out, 1, b, h, w)
-        c = self.b1out + self.b2out + self.b3out + self.b4out
-        return p.result(TensorType((b, c, h, w)))
+    def build(self, g, x, net):
+        b, _, h, w = image(x.type, self.ic)
+        u = lambda t, name, ic, oc, k: conv_bn(g, t, name, ic, oc, k, 1, "symmetric", "relu")
+        b1 = u(x, "b1.", self.ic, self.b1out, 1)
+        b2 = u(u(x, "b2_reduce.", self.ic, self.b2reduce, 1), "b2.", self.b2reduce, self.b2out, 3)
+        b3 = u(u(x, "b3_reduce.", self.ic, self.b3reduce, 1), "b3.", self.b3reduce, self.b3out, 5)
+        if h >= 3 and w >= 3:
+            pool = g.op("max_pool", x, size=3, stride=1)
+        else:      # max_pool refuses a window larger than its input
+            pool = g.op("window_max", x, size=3, stride=1, pad=same_pad(h, 3, 1) + same_pad(w, 3, 1))
+        b4 = u(pool, "b4.", self.ic, self.b4out, 1)
+        return g.op("concat", b1, b2, b3, b4, axis=1)
 
 
 @register("aspp_module")
@@ -85,23 +86,38 @@ class AsppModule(Layer):
     oc: int
     examples: ClassVar = [(dict(ic=4, oc=3), TensorType((2, 4, 6, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        p = Params()
-        for name, k, oh, ow in (("b0.", 1, h, w), ("b1.", 3, h, w), ("b2.", 3, h, w), ("b3.", 3, h, w),
-                                ("pool.", 1, 1, 1)):
-            p.conv(name, self.ic, self.oc, k, b, oh, ow, bias=True)
-            p.bn(name, self.oc, b * self.oc * oh * ow)
-        p.conv("project.", 5 * self.oc, self.oc, 1, b, h, w, bias=True)
-        p.bn("project.", self.oc, b * self.oc * h * w)
-        return p.result(TensorType((b, self.oc, h, w)))
+    def build(self, g, x, net):
+        b, _, h, w = image(x.type, self.ic)
+        ic, oc = self.ic, self.oc
+
+        def unit(t, name, cin, k, dilation=1):
+            # the seed's FLOPs: convs and BN only (no biases, relus, pooling, broadcast)
+            if dilation == 1:
+                y = conv(g, t, name, cin, oc, k, 1, "symmetric", bias=True, bias_flops=0)
+            else:
+                wt = g.param(f"{name}weight", (oc, cin, k, k), "he", fan_in=cin * k * k, fan_out=oc * k * k)
+                p = dilation * (k - 1) // 2
+                y = g.op("dilated_conv", t, params=[wt], stride=1, pad=(p, p, p, p), groups=1, dilation=dilation)
+                y = g.op("bias", y, params=[g.param(f"{name}bias", (oc,), "zeros")], flops=0)
+            return g.op("act", bn(g, y, name), kind="relu", flops=0)
+
+        branches = [unit(x, "b0.", ic, 1)] + [unit(x, f"b{i}.", ic, 3, d) for i, d in ((1, 6), (2, 12), (3, 18))]
+        pooled = g.op("reshape", g.op("global_avg_pool", x, flops=0), dims=(b, ic, 1, 1))
+        branches.append(g.op("broadcast", unit(pooled, "pool.", ic, 1), dims=(b, oc, h, w)))
+        return unit(g.op("concat", *branches, axis=1), "project.", 5 * oc, 1)
 
 
-def _darknet_unit(p: Params, name: str, b: int, c: int, h: int, w: int) -> None:
+def _leaky(g, x, name, ic, oc, k):
+    """conv (no bias, stride 1, "same") → BN → leaky relu (0.1)."""
+    y = bn(g, conv(g, x, name, ic, oc, k, 1, "symmetric"), name)
+    return g.op("leaky_relu", y, alpha=0.1)
+
+
+def _darknet_unit(g, x, name: str):
+    c = x.type.dims[1]
     half = max(1, c // 2)
-    p.conv_bn(f"{name}conv1.", c, half, 1, b, h, w)
-    p.conv_bn(f"{name}conv2.", half, c, 3, b, h, w)
-    p.flops += b * c * h * w
+    y = _leaky(g, x, f"{name}conv1.", c, half, 1)
+    return g.op("add", _leaky(g, y, f"{name}conv2.", half, c, 3), x)
 
 
 @register("darknet_block")
@@ -115,12 +131,11 @@ class DarknetBlock(Layer):
     n_blocks: int
     examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x, self.channels, "channels")
-        p = Params()
+    def build(self, g, x, net):
+        image(x.type, self.channels, "channels")
         for i in range(self.n_blocks):
-            _darknet_unit(p, f"{i}.", b, c, h, w)
-        return p.result(x)
+            x = _darknet_unit(g, x, f"{i}.")
+        return x
 
 
 @register("csp_block")
@@ -136,16 +151,14 @@ class CspBlock(Layer):
     n_blocks: int
     examples: ClassVar = [(dict(ic=4, oc=6, n_blocks=1), TensorType((2, 4, 5, 5)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        image(x.type, self.ic)
         half = max(1, self.ic // 2)
-        p = Params()
-        p.conv_bn("split1.", self.ic, half, 1, b, h, w)
-        p.conv_bn("split2.", self.ic, half, 1, b, h, w)
+        a = _leaky(g, x, "split1.", self.ic, half, 1)
+        c = _leaky(g, x, "split2.", self.ic, half, 1)
         for i in range(self.n_blocks):
-            _darknet_unit(p, f"{i}.", b, half, h, w)
-        p.conv_bn("fuse.", 2 * half, self.oc, 1, b, h, w)
-        return p.result(TensorType((b, self.oc, h, w)))
+            a = _darknet_unit(g, a, f"{i}.")
+        return _leaky(g, g.op("concat", a, c, axis=1), "fuse.", 2 * half, self.oc, 1)
 
 
 @register("dense_block")
@@ -162,17 +175,19 @@ class DenseBlock(Layer):
     n_layers: int
     examples: ClassVar = [(dict(ic=4, growth_rate=2, n_layers=3), TensorType((2, 4, 5, 5)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        gr, p = self.growth_rate, Params()
+    def build(self, g, x, net):
+        image(x.type, self.ic)
+        gr = self.growth_rate
         c = self.ic
+        # the seed's FLOPs: BN and convs only (no biases, relus)
         for i in range(self.n_layers):
-            p.bn(f"{i}.norm1.", c, b * c * h * w)
-            p.conv(f"{i}.conv1.", c, 4 * gr, 1, b, h, w, bias=True)
-            p.bn(f"{i}.norm2.", 4 * gr, b * 4 * gr * h * w)
-            p.conv(f"{i}.conv2.", 4 * gr, gr, 3, b, h, w, bias=True)
+            y = g.op("act", bn(g, x, f"{i}.norm1."), kind="relu", flops=0)
+            y = conv(g, y, f"{i}.conv1.", c, 4 * gr, 1, 1, "symmetric", bias=True, bias_flops=0)
+            y = g.op("act", bn(g, y, f"{i}.norm2."), kind="relu", flops=0)
+            y = conv(g, y, f"{i}.conv2.", 4 * gr, gr, 3, 1, "symmetric", bias=True, bias_flops=0)
+            x = g.op("concat", x, y, axis=1)
             c += gr
-        return p.result(TensorType((b, c, h, w)))
+        return x
 
 
 @register("transition_layer")
@@ -185,14 +200,14 @@ class TransitionLayer(Layer):
     oc: int
     examples: ClassVar = [(dict(ic=6, oc=3), TensorType((2, 6, 4, 5)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        _, _, h, w = image(x.type, self.ic)
         if h < 2 or w < 2:
             raise ShapeError(f"a 2x2 average pool needs at least 2x2 pixels, got {h}x{w}")
-        p = Params()
-        p.bn("norm.", self.ic, x.size)
-        p.conv("", self.ic, self.oc, 1, b, h, w, bias=True)
-        return p.result(TensorType((b, self.oc, h // 2, w // 2)))
+        # the seed's FLOPs: BN and the conv only (no relu, bias, pooling)
+        y = g.op("act", bn(g, x, "norm."), kind="relu", flops=0)
+        y = conv(g, y, "", self.ic, self.oc, 1, 1, "symmetric", bias=True, bias_flops=0)
+        return g.op("avg_pool", y, size=2, stride=2, pad=(0, 0, 0, 0), flops=0)
 
 
 @register("shuffle_block")
@@ -213,23 +228,30 @@ class ShuffleBlock(Layer):
     n_units: int
     examples: ClassVar = [(dict(ic=4, oc=16, groups=2, n_units=2), TensorType((2, 4, 6, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        image(x.type, self.ic)
         if self.oc <= self.ic:
             raise ShapeError(f"oc={self.oc} must exceed ic={self.ic}: the strided unit concatenates "
                              f"the pooled input ({self.ic} channels) with its branch")
-        g, mid = self.groups, max(1, self.oc // 4)
-        oh, ow = ceil_div(h, 2), ceil_div(w, 2)
-        p = Params()
+        gr, mid = self.groups, max(1, self.oc // 4)
+        # the seed's FLOPs: three conv_bn units with an activation each; no pool, add, final relu
+        u = lambda t, name, ic, oc, k, s, groups, a: conv_bn(g, t, name, ic, oc, k, s, "symmetric", a, groups,
+                                                            seed_act_flops=True)
         for i in range(self.n_units):
             cin, out = (self.ic, self.oc - self.ic) if i == 0 else (self.oc, self.oc)
             for c in (cin, mid, out):
-                if c % g:
-                    raise ShapeError(f"groups={g} does not divide {c} channels")
-            p.conv_bn(f"{i}.gconv1.", cin, mid, 1, b, h if i == 0 else oh, w if i == 0 else ow, groups=g)
-            p.conv_bn(f"{i}.dw.", mid, mid, 3, b, oh, ow, groups=mid)
-            p.conv_bn(f"{i}.gconv2.", mid, out, 1, b, oh, ow, groups=g)
-        return p.result(TensorType((b, self.oc, oh, ow)))
+                if c % gr:
+                    raise ShapeError(f"groups={gr} does not divide {c} channels")
+            s = 2 if i == 0 else 1
+            y = u(x, f"{i}.gconv1.", cin, mid, 1, 1, gr, "relu")
+            y = u(channel_shuffle(g, y, gr), f"{i}.dw.", mid, mid, 3, s, mid, "identity")
+            y = u(y, f"{i}.gconv2.", mid, out, 1, 1, gr, "identity")
+            if i == 0:
+                y = g.op("concat", g.op("avg_pool", x, size=3, stride=2, pad=(1, 1, 1, 1), flops=0), y, axis=1)
+            else:
+                y = g.op("add", y, x, flops=0)
+            x = g.op("act", y, kind="relu", flops=0)
+        return x
 
 
 @register("shuffle_v2_block")
@@ -247,18 +269,26 @@ class ShuffleV2Block(Layer):
     n_units: int
     examples: ClassVar = [(dict(ic=4, oc=8, n_units=2), TensorType((2, 4, 6, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        b, _, h, w = image(x.type, self.ic)
         if self.oc % 2:
             raise ShapeError(f"oc={self.oc} must be even (two branches of oc/2 = {self.oc / 2} channels)")
         half = self.oc // 2
-        oh, ow = ceil_div(h, 2), ceil_div(w, 2)
-        p = Params()
-        p.conv_bn("0.branch1.dw.", self.ic, self.ic, 3, b, oh, ow, groups=self.ic)
-        p.conv_bn("0.branch1.pw.", self.ic, half, 1, b, oh, ow)
+        # the seed's FLOPs: every conv_bn unit counted with an activation
+        u = lambda t, name, ic, oc, k, s, a, groups=1: conv_bn(g, t, name, ic, oc, k, s, "symmetric", a, groups,
+                                                              seed_act_flops=True)
+        b1 = u(x, "0.branch1.dw.", self.ic, self.ic, 3, 2, "identity", self.ic)
+        b1 = u(b1, "0.branch1.pw.", self.ic, half, 1, 1, "relu")
         for i in range(self.n_units):
-            cin = self.ic if i == 0 else half
-            p.conv_bn(f"{i}.branch2.pw1.", cin, half, 1, b, h if i == 0 else oh, w if i == 0 else ow)
-            p.conv_bn(f"{i}.branch2.dw.", half, half, 3, b, oh, ow, groups=half)
-            p.conv_bn(f"{i}.branch2.pw2.", half, half, 1, b, oh, ow)
-        return p.result(TensorType((b, self.oc, oh, ow)))
+            if i == 0:
+                keep, t, cin, s = b1, x, self.ic, 2
+            else:
+                bb, _, hh, ww = x.type.dims
+                keep = g.op("slice", x, start=(0, 0, 0, 0), limit=(bb, half, hh, ww))
+                t = g.op("slice", x, start=(0, half, 0, 0), limit=(bb, self.oc, hh, ww))
+                cin, s = half, 1
+            y = u(t, f"{i}.branch2.pw1.", cin, half, 1, 1, "relu")
+            y = u(y, f"{i}.branch2.dw.", half, half, 3, s, "identity", half)
+            y = u(y, f"{i}.branch2.pw2.", half, half, 1, 1, "relu")
+            x = channel_shuffle(g, g.op("concat", keep, y, axis=1), 2)
+        return x

@@ -1,10 +1,13 @@
-"""DETR kinds (spec-only, as in the reference): transformer_decoder and detr_heads."""
+"""DETR kinds (spec-only in the reference): transformer_decoder and detr_heads, built from
+primitives, some declared (layer_norm, matmul, softmax, transpose, broadcast, concat), so they
+do not lower yet."""
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, attention_flops, divides, tokens
+from ._common import attention, linear, ln
+from ._shape import divides, tokens
 
 
 @register("transformer_decoder")
@@ -24,24 +27,23 @@ class TransformerDecoder(Layer):
     n_queries: int
     examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, n_blocks=2, n_queries=3), TensorType((2, 6, 8)))]
 
-    def infer(self, x, net):
-        b, n, d = tokens(x, self.dim)
+    def build(self, g, x, net):
+        b, n, d = tokens(x.type, self.dim)
         divides(self.heads, d, f"heads={self.heads} must divide dim={d}")
-        q, m, p = self.n_queries, self.mlp_dim, Params()
-        p.add("queries", (q, d), "normal", std=0.02)
+        q, m = self.n_queries, self.mlp_dim
+        h = g.op("broadcast", params=[g.param("queries", (q, d), "normal", std=0.02)], dims=(b, q, d))
+        # the seed's FLOPs: no GELU and no residual adds
         for i in range(self.n_blocks):
-            p.ln(f"{i}.ln1.", d, b * q * d)
-            for proj in ("q", "k", "v", "out"):
-                p.dense(f"{i}.self_attn.{proj}.", d, d, b * q)
-            p.flops += attention_flops(b, q, q, d)
-            p.ln(f"{i}.ln2.", d, b * q * d)
-            for proj, rows in (("q", q), ("k", n), ("v", n), ("out", q)):
-                p.dense(f"{i}.cross_attn.{proj}.", d, d, b * rows)
-            p.flops += attention_flops(b, q, n, d)
-            p.ln(f"{i}.ln3.", d, b * q * d)
-            p.dense(f"{i}.mlp.fc1.", d, m, b * q)
-            p.dense(f"{i}.mlp.fc2.", m, d, b * q)
-        return p.result(TensorType((b, q, d)))
+            t = ln(g, h, f"{i}.ln1.")
+            qkv = [linear(g, t, f"{i}.self_attn.{p}.", d, d) for p in ("q", "k", "v")]
+            h = g.op("add", h, linear(g, attention(g, *qkv, self.heads), f"{i}.self_attn.out.", d, d), flops=0)
+            t = ln(g, h, f"{i}.ln2.")
+            qkv = [linear(g, src, f"{i}.cross_attn.{p}.", d, d) for p, src in (("q", t), ("k", x), ("v", x))]
+            h = g.op("add", h, linear(g, attention(g, *qkv, self.heads), f"{i}.cross_attn.out.", d, d), flops=0)
+            t = linear(g, ln(g, h, f"{i}.ln3."), f"{i}.mlp.fc1.", d, m)
+            t = g.op("act", t, kind="gelu", flops=0)
+            h = g.op("add", h, linear(g, t, f"{i}.mlp.fc2.", m, d), flops=0)
+        return h
 
 
 @register("detr_heads")
@@ -56,11 +58,11 @@ class DetrHeads(Layer):
     n_classes: int
     examples: ClassVar = [(dict(dim=8, n_classes=3), TensorType((2, 5, 8)))]
 
-    def infer(self, x, net):
-        b, q, d = tokens(x, self.dim)
-        p = Params()
-        p.dense("class.", d, self.n_classes + 1, b * q)
-        p.dense("box.fc1.", d, d, b * q)
-        p.dense("box.fc2.", d, d, b * q)
-        p.dense("box.fc3.", d, 4, b * q)
-        return p.result(TensorType((b, q, self.n_classes + 5)))
+    def build(self, g, x, net):
+        b, q, d = tokens(x.type, self.dim)
+        cls = linear(g, x, "class.", d, self.n_classes + 1)
+        # the seed's FLOPs count the matmuls only
+        box = g.op("act", linear(g, x, "box.fc1.", d, d), kind="relu", flops=0)
+        box = g.op("act", linear(g, box, "box.fc2.", d, d), kind="relu", flops=0)
+        box = g.op("act", linear(g, box, "box.fc3.", d, 4), kind="sigmoid", flops=0)
+        return g.op("concat", cls, box, axis=2)

@@ -1,10 +1,11 @@
-"""DDPM time conditioning, spec-only for now (sin/cos of the per-image time are not primitives)."""
+"""DDPM time conditioning, built from the declared slice, fourier_features, transpose and
+broadcast primitives and a dense projection: not lowered yet."""
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, image
+from ._shape import image
 
 
 @register("time_cond_add")
@@ -19,10 +20,17 @@ class TimeCondAdd(Layer):
     n_freq: int
     examples: ClassVar = [(dict(channels=4, n_freq=3), TensorType((2, 4, 5, 5)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x, self.channels, "channels")
-        p = Params()
-        p.add("weight", (2 * self.n_freq, c), "zeros", fan_in=2 * self.n_freq, fan_out=c)
-        p.add("bias", (c,), "zeros")
-        p.flops += 2 * b * 2 * self.n_freq * c + x.size
-        return p.result(x)
+    def build(self, g, x, net):
+        b, c, h, w = image(x.type, self.channels, "channels")
+        n = self.n_freq
+        x0 = g.x                                                         # the network input
+        d0 = x0.type.dims
+        # s: the first element of the last channel; the seed's FLOPs count the projection and the add
+        s = g.op("slice", x0, start=(0, d0[1] - 1) + (0,) * (len(d0) - 2), limit=(b, d0[1]) + (1,) * (len(d0) - 2))
+        emb = g.op("fourier_features", g.op("reshape", s, dims=(b, 1)), num_frequencies=n, flops=0)
+        # fourier_features interleaves (sin, cos) per frequency; this layer wants all sines first
+        emb = g.op("reshape", g.op("transpose", g.op("reshape", emb, dims=(b, n, 2)), perm=(0, 2, 1)), dims=(b, 2 * n))
+        wt = g.param("weight", (2 * n, c), "zeros", fan_in=2 * n, fan_out=c)
+        y = g.op("dense", emb, params=[wt, g.param("bias", (c,), "zeros")])
+        y = g.op("broadcast", g.op("reshape", y, dims=(b, c, 1, 1)), dims=(b, c, h, w))
+        return g.op("add", x, y)

@@ -1,13 +1,13 @@
-"""Language-model kinds: token_position_embed (first layer; a spec-only shape rule for now:
-embedding gather / one-hot is not a primitive yet) and lm_head (built from the declared
-linear and transpose primitives)."""
+"""Language-model kinds: token_position_embed (first layer; built from the declared embedding,
+linear and broadcast primitives) and lm_head (built from the declared linear and transpose
+primitives)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, tokens
+from ._shape import tokens
 
 
 @register("token_position_embed")
@@ -29,22 +29,27 @@ class TokenPositionEmbed(Layer):
                           (dict(vocab_size=5, seq_len=3, d_model=4), TensorType((2, 15))),
                           (dict(vocab_size=5, seq_len=3, d_model=4, gather=True, pos_emb=False), TensorType((2, 3)))]
 
-    def infer(self, x, net):
+    def build(self, g, x, net):
         v, t, d = self.vocab_size, self.seq_len, self.d_model
         ids = self.ids_input or self.gather
         want = t if ids else t * v
-        if x.rank != 2 or x.dims[1] != want:
+        xt = x.type
+        if xt.rank != 2 or xt.dims[1] != want:
             what = (f"{t} token ids [batch, seq_len]" if ids else
                     f"one-hot tokens [batch, seq_len·vocab_size] = [batch, {t}·{v} = {want}]")
-            raise ShapeError(f"expected {what}, got {x.shape_str()}",
+            raise ShapeError(f"expected {what}, got {xt.shape_str()}",
                              hint="set `input: {features: N}` to match; ids_input/gather take ids")
-        b = x.dims[0]
-        p = Params()
-        p.add("embed.weight", (v, d), "normal", std=0.02)
-        if self.pos_emb:
-            p.add("pos", (t, d), "normal", std=0.02)
-        p.flops += (2 * v if not ids else 1) * b * t * d
-        return p.result(TensorType((b, t, d)))
+        b = xt.dims[0]
+        table = g.param("embed.weight", (v, d), "normal", std=0.02)
+        if ids:
+            e = g.op("embedding", x, params=[table], gather=self.gather)
+        else:      # one-hot rows times the table: 2·V FLOPs per output element
+            e = g.op("linear", g.op("reshape", x, dims=(b, t, v)), params=[table])
+        if not self.pos_emb:
+            return e
+        pos = g.param("pos", (t, d), "normal", std=0.02)
+        # the seed's FLOPs do not count the position add
+        return g.op("add", e, g.op("broadcast", params=[pos], dims=(b, t, d)), flops=0)
 
 
 @register("lm_head")

@@ -1,25 +1,42 @@
 """EfficientNet / MobileNetV3 blocks: mb_conv, mb_conv_v3, fused_mb_conv.
 
-Spec-only for now: squeeze-excite needs a channel-wise multiply by a broadcast gate, which is
-not a primitive yet, so these kinds give their shape rule and parameter list (`lmc info`
-counts them) and `lmc render` refuses them.  Internal convs pad XLA-SAME (TF-origin blocks)."""
+Built from the lowered conv / batch_norm / act / add / global_avg_pool primitives and, for
+squeeze-excite, the declared broadcasting `mul` (x · gate): blocks without SE lower, blocks with
+SE lower once `mul` has its template.  Internal convs pad XLA-SAME (TF-origin blocks)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..fields import Activation
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, ceil_div, image, make_divisible
+from ._common import conv, conv_bn
+from ._shape import image, make_divisible
+
+STYLE = "xla_same"
 
 
-def _se(p: Params, name: str, b: int, c: int, r: int, hw: int) -> None:
-    """Squeeze-excite on c channels with r hidden: GAP → 1×1 (c→r, bias) → act → 1×1 (r→c,
-    bias) → gate → x·gate.  The 1×1 weights are stored conv-shaped [r, c, 1, 1] / [c, r, 1, 1]."""
-    p.add(f"{name}reduce.weight", (r, c, 1, 1), "he", fan_in=c, fan_out=r)
-    p.add(f"{name}reduce.bias", (r,), "zeros")
-    p.add(f"{name}expand.weight", (c, r, 1, 1), "he", fan_in=r, fan_out=c)
-    p.add(f"{name}expand.bias", (c,), "zeros")
-    p.flops += 2 * b * c * hw + 4 * b * c * r
+def _se(g, x, name: str, r: int, inner: str, gate: str):
+    """Squeeze-excite on x's c channels with r hidden: GAP → 1×1 conv (c→r, bias) → inner act →
+    1×1 conv (r→c, bias) → gate act → x·gate (the gate [B, c, 1, 1] broadcast over H, W).  The
+    1×1 weights are conv-shaped [r, c, 1, 1] / [c, r, 1, 1].  FLOPs: the seed's 2·B·c·H·W
+    (pool, multiply) + 4·B·c·r (the two 1×1 convs); biases and activations not counted."""
+    b, c = x.type.dims[:2]
+    s = g.op("reshape", g.op("global_avg_pool", x), dims=(b, c, 1, 1))
+    s = conv(g, s, f"{name}reduce.", c, r, 1, 1, STYLE, bias=True, bias_flops=0)
+    s = g.op("act", s, kind=inner, flops=0)
+    s = conv(g, s, f"{name}expand.", r, c, 1, 1, STYLE, bias=True, bias_flops=0)
+    return g.op("mul", x, g.op("act", s, kind=gate, flops=0))
+
+
+def _unit(g, x, name, ic, oc, k, stride, activation, groups=1):
+    """conv_bn at XLA-SAME, counted as the seed does (one FLOP per element for the activation,
+    present or not)."""
+    return conv_bn(g, x, name, ic, oc, k, stride, STYLE, activation, groups, seed_act_flops=True)
+
+
+def _join(g, h, x, residual: bool):
+    """+ input when the block keeps its shape (the seed does not count the add)."""
+    return g.op("add", h, x, flops=0) if residual else h
 
 
 @register("mb_conv")
@@ -46,21 +63,21 @@ class MbConv(Layer):
                           (dict(ic=3, oc=6, expand=1, k_size=5, stride=2, n_blocks=1, use_se=False, act="relu"),
                            TensorType((2, 3, 7, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        p = Params()
+    def build(self, g, x, net):
+        image(x.type, self.ic)
         for i in range(self.n_blocks):
             s = self.stride if i == 0 else 1
             bic = self.ic if i == 0 else self.oc
             mid = bic * self.expand
+            h = x
             if self.expand != 1:
-                p.conv_bn(f"{i}.expand.", bic, mid, 1, b, h, w)
-            h, w = ceil_div(h, s), ceil_div(w, s)
-            p.conv_bn(f"{i}.dw.", mid, mid, self.k_size, b, h, w, groups=mid)
+                h = _unit(g, h, f"{i}.expand.", bic, mid, 1, 1, self.act)
+            h = _unit(g, h, f"{i}.dw.", mid, mid, self.k_size, s, self.act, groups=mid)
             if self.use_se:
-                _se(p, f"{i}.se.", b, mid, max(1, bic // 4), h * w)
-            p.conv_bn(f"{i}.project.", mid, self.oc, 1, b, h, w)
-        return p.result(TensorType((b, self.oc, h, w)))
+                h = _se(g, h, f"{i}.se.", max(1, bic // 4), "swish", "sigmoid")
+            h = _unit(g, h, f"{i}.project.", mid, self.oc, 1, 1, "identity")
+            x = _join(g, h, x, s == 1 and bic == self.oc)
+        return x
 
 
 @register("mb_conv_v3")
@@ -87,18 +104,17 @@ class MbConvV3(Layer):
                           (dict(ic=4, oc=6, expand_ch=4, k_size=5, stride=2, use_se=False, act="h_swish"),
                            TensorType((2, 4, 6, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        p = Params()
+    def build(self, g, x, net):
+        image(x.type, self.ic)
         e = self.expand_ch
+        h = x
         if e != self.ic:
-            p.conv_bn("expand.", self.ic, e, 1, b, h, w)
-        h, w = ceil_div(h, self.stride), ceil_div(w, self.stride)
-        p.conv_bn("dw.", e, e, self.k_size, b, h, w, groups=e)
+            h = _unit(g, h, "expand.", self.ic, e, 1, 1, self.act)
+        h = _unit(g, h, "dw.", e, e, self.k_size, self.stride, self.act, groups=e)
         if self.use_se:
-            _se(p, "se.", b, e, make_divisible(e / 4), h * w)
-        p.conv_bn("project.", e, self.oc, 1, b, h, w)
-        return p.result(TensorType((b, self.oc, h, w)))
+            h = _se(g, h, "se.", make_divisible(e / 4), "relu", "h_sigmoid")
+        h = _unit(g, h, "project.", e, self.oc, 1, 1, "identity")
+        return _join(g, h, x, self.stride == 1 and self.ic == self.oc)
 
 
 @register("fused_mb_conv")
@@ -122,17 +138,16 @@ class FusedMbConv(Layer):
     examples: ClassVar = [(dict(ic=4, oc=4, expand=1, k_size=3, stride=1, n_blocks=2, use_se=False), TensorType((2, 4, 5, 5))),
                           (dict(ic=3, oc=6, expand=4, k_size=3, stride=2, n_blocks=2, use_se=True), TensorType((2, 3, 6, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
-        p = Params()
+    def build(self, g, x, net):
+        image(x.type, self.ic)
         for i in range(self.n_blocks):
             s = self.stride if i == 0 else 1
             bic = self.ic if i == 0 else self.oc
             mid = self.oc if self.expand == 1 else bic * self.expand
-            h, w = ceil_div(h, s), ceil_div(w, s)
-            p.conv_bn(f"{i}.fused.", bic, mid, self.k_size, b, h, w)
+            h = _unit(g, x, f"{i}.fused.", bic, mid, self.k_size, s, "swish")
             if self.use_se:
-                _se(p, f"{i}.se.", b, mid, max(1, bic // 4), h * w)
+                h = _se(g, h, f"{i}.se.", max(1, bic // 4), "swish", "sigmoid")
             if self.expand != 1:
-                p.conv_bn(f"{i}.project.", mid, self.oc, 1, b, h, w)
-        return p.result(TensorType((b, self.oc, h, w)))
+                h = _unit(g, h, f"{i}.project.", mid, self.oc, 1, 1, "identity")
+            x = _join(g, h, x, s == 1 and bic == self.oc)
+        return x

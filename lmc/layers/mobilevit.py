@@ -1,11 +1,13 @@
-"""MobileViT block (Mehta & Rastegari 2022), spec-only as in the reference."""
+"""MobileViT block (Mehta & Rastegari 2022), spec-only in the reference; built from conv_bn units,
+transformer blocks and declared primitives (transpose, concat, layer_norm, …): not lowered yet."""
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, divides, image
+from ._common import conv_bn, ln
+from ._shape import divides, image
 from .transformer import encoder_block
 
 
@@ -14,7 +16,7 @@ from .transformer import encoder_block
 class MobileVitBlock(Layer):
     """MobileViT block, ic → ic, shape kept: 3×3 conv → BN → swish, 1×1 conv ic→dim → BN;
     unfold into 2×2 patches, n_tx_blocks pre-LN transformer blocks (heads, mlp_dim) across
-    patches, LayerNorm, fold; 1×1 conv dim→ic → BN → swish; concat with the block input and a
+    patches, LayerNorm, fold; 1×1 conv dim→ic → BN → swish; concat [block input, that] and a
     3×3 conv 2·ic→ic → BN → swish.
     Params: local.{weight [ic,ic,3,3], γ, β}, proj_in.{weight [dim,ic,1,1], γ, β}, per
     transformer block the 16 tensors of transformer_encoder, ln.gamma, ln.beta,
@@ -27,18 +29,22 @@ class MobileVitBlock(Layer):
     n_tx_blocks: int
     examples: ClassVar = [(dict(ic=4, dim=8, heads=2, mlp_dim=16, n_tx_blocks=2), TensorType((2, 4, 4, 4)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        b, c, h, w = image(x.type, self.ic)
         divides(self.heads, self.dim, f"heads={self.heads} must divide dim={self.dim}")
         if h % 2 or w % 2:
             raise ShapeError(f"2x2 unfolding needs even sides, got {h}x{w}")
-        d, p = self.dim, Params()
-        p.conv_bn("local.", c, c, 3, b, h, w)
-        p.conv_bn("proj_in.", c, d, 1, b, h, w)
+        d = self.dim
+        y = conv_bn(g, x, "local.", c, c, 3, 1, "symmetric", "swish")
+        y = conv_bn(g, y, "proj_in.", c, d, 1, 1, "symmetric", "identity", seed_act_flops=True)
+        # unfold: pixel (2i + p, 2j + q) → sequence p·2 + q (of 4·B), token i·(W/2) + j
+        y = g.op("reshape", y, dims=(b, d, h // 2, 2, w // 2, 2))
+        y = g.op("reshape", g.op("transpose", y, perm=(0, 3, 5, 2, 4, 1)), dims=(4 * b, h * w // 4, d))
         for i in range(self.n_tx_blocks):
-            # attention runs over the h·w/4 patches at each of the 4 pixel positions
-            encoder_block(p, f"tx.{i}.", 4 * b, h * w // 4, d, self.mlp_dim)
-        p.ln("ln.", d, b * h * w * d)
-        p.conv_bn("proj_out.", d, c, 1, b, h, w)
-        p.conv_bn("fuse.", 2 * c, c, 3, b, h, w)
-        return p.result(x)
+            y = encoder_block(g, y, f"tx.{i}.", self.heads, self.mlp_dim)
+        y = ln(g, y, "ln.")
+        y = g.op("reshape", y, dims=(b, 2, 2, h // 2, w // 2, d))          # fold back
+        y = g.op("reshape", g.op("transpose", y, perm=(0, 5, 3, 1, 4, 2)), dims=(b, d, h, w))
+        y = conv_bn(g, y, "proj_out.", d, c, 1, 1, "symmetric", "swish")
+        y = g.op("concat", x, y, axis=1)
+        return conv_bn(g, y, "fuse.", 2 * c, c, 3, 1, "symmetric", "swish")

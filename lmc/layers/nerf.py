@@ -1,12 +1,14 @@
-"""NeRF kinds (Mildenhall et al. 2020), spec-only as in the reference: positional_encoding
-and nerf_mlp."""
+"""NeRF kinds (Mildenhall et al. 2020), spec-only in the reference: positional_encoding (the
+declared fourier_features primitive) and nerf_mlp (dense layers and the declared slice and
+concat), so neither lowers yet."""
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, features
+from ._common import linear
+from ._shape import features
 
 
 @register("positional_encoding")
@@ -20,15 +22,13 @@ class PositionalEncoding(Layer):
     examples: ClassVar = [(dict(input_dim=3, num_frequencies=4), TensorType((5, 3))),
                           (dict(input_dim=2, num_frequencies=2), TensorType((2, 7, 2)))]
 
-    def infer(self, x, net):
-        if x.rank not in (2, 3):
-            raise ShapeError(f"expected [batch, input_dim] or [batch, points, input_dim], got {x.shape_str()}")
-        if x.dims[-1] != self.input_dim:
-            raise ShapeError(f"input_dim={self.input_dim} but the input's last axis has {x.dims[-1]} values")
-        out = TensorType(x.dims[:-1] + (self.input_dim * 2 * self.num_frequencies,))
-        p = Params()
-        p.flops += 20 * out.size
-        return p.result(out)
+    def build(self, g, x, net):
+        t = x.type
+        if t.rank not in (2, 3):
+            raise ShapeError(f"expected [batch, input_dim] or [batch, points, input_dim], got {t.shape_str()}")
+        if t.dims[-1] != self.input_dim:
+            raise ShapeError(f"input_dim={self.input_dim} but the input's last axis has {t.dims[-1]} values")
+        return g.op("fourier_features", x, num_frequencies=self.num_frequencies)
 
 
 @register("nerf_mlp")
@@ -38,28 +38,32 @@ class NerfMlp(Layer):
     skip), density head (1, relu), a feature layer, then with the encoded direction a 128-wide
     relu layer and an RGB head (3, sigmoid) → [B, 4] (σ, r, g, b).
     Params: fc0 [eP,h], fc1..fc3 [h,h], fc4 [h+eP,h], fc5..fc7 [h,h], sigma [h,1], feature
-    [h,h], dir [h+eD,128], rgb [128,3], each with a bias (the Lean kit's count).
+    [h,h] (no activation), dir [h+eD,128], rgb [128,3], each with a bias (the Lean kit's count);
+    fc4 and dir read [hidden, encoded input] in that order.
     Assumptions: input [B, encoded_pos_dim + encoded_dir_dim] (position features first)."""
     encoded_pos_dim: int
     encoded_dir_dim: int
     hidden_dim: int
     examples: ClassVar = [(dict(encoded_pos_dim=6, encoded_dir_dim=4, hidden_dim=8), TensorType((3, 10)))]
 
-    def infer(self, x, net):
+    def build(self, g, x, net):
         ep, ed, h = self.encoded_pos_dim, self.encoded_dir_dim, self.hidden_dim
-        b, n = features(x)
+        b, n = features(x.type)
         if n != ep + ed:
             raise ShapeError(f"encoded_pos_dim + encoded_dir_dim = {ep} + {ed} = {ep + ed} but the input has "
-                             f"{n} features ({x.shape_str()})")
-        p = Params()
-        p.dense("fc0.", ep, h, b)
-        for i in (1, 2, 3):
-            p.dense(f"fc{i}.", h, h, b)
-        p.dense("fc4.", h + ep, h, b)
-        for i in (5, 6, 7):
-            p.dense(f"fc{i}.", h, h, b)
-        p.dense("sigma.", h, 1, b)
-        p.dense("feature.", h, h, b)
-        p.dense("dir.", h + ed, 128, b)
-        p.dense("rgb.", 128, 3, b)
-        return p.result(TensorType((b, 4)))
+                             f"{n} features ({x.type.shape_str()})")
+        pos = g.op("slice", x, start=(0, 0), limit=(b, ep))
+        dirs = g.op("slice", x, start=(0, ep), limit=(b, n))
+        # the seed's FLOPs count the matmuls only (no activations)
+        fc = lambda t, name, fi, fo, kind: (lambda y: y if kind is None else g.op("act", y, kind=kind, flops=0))(
+            linear(g, t, name, fi, fo))
+        y = pos
+        for i in range(8):
+            if i == 4:
+                y = g.op("concat", y, pos, axis=1)                       # the skip: [h, encoded position]
+            y = fc(y, f"fc{i}.", ep if i == 0 else h + ep if i == 4 else h, h, "relu")
+        sigma = fc(y, "sigma.", h, 1, "relu")
+        y = fc(y, "feature.", h, h, None)
+        y = fc(g.op("concat", y, dirs, axis=1), "dir.", h + ed, 128, "relu")
+        rgb = fc(y, "rgb.", 128, 3, "sigmoid")
+        return g.op("concat", sigma, rgb, axis=1)

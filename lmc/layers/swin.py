@@ -1,4 +1,6 @@
-"""Swin Transformer kinds (spec-only, as in the reference): swin_stage and patch_merging.
+"""Swin Transformer kinds (spec-only in the reference): swin_stage and patch_merging, built from
+primitives, some declared (layer_norm, transpose, roll, slice, matmul, softmax, window_bias),
+so they do not lower yet.
 Both work on the channels-first image layout [B, dim, H, W] that conv_next_stem produces
 (Swin's patch partition + linear embedding + LayerNorm is exactly that stem)."""
 from dataclasses import dataclass
@@ -7,7 +9,8 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._shape import Params, attention_flops, divides, image
+from ._common import attention, linear, ln
+from ._shape import divides, image
 
 
 @register("swin_stage")
@@ -27,23 +30,39 @@ class SwinStage(Layer):
     n_blocks: int
     examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2), TensorType((2, 8, 4, 4)))]
 
-    def infer(self, x, net):
-        b, d, h, w = image(x, self.dim, "dim")
+    def build(self, g, x, net):
+        b, d, h, w = image(x.type, self.dim, "dim")
         divides(self.heads, d, f"heads={self.heads} must divide dim={d}")
         ws = self.window_size
         if h % ws or w % ws:
             raise ShapeError(f"window_size={ws} does not divide the {h}x{w} feature map")
-        n, m, p = h * w, self.mlp_dim, Params()
+        m, gh, gw, t = self.mlp_dim, h // ws, w // ws, ws * ws
+        x = g.op("transpose", x, perm=(0, 2, 3, 1))                      # [B, H, W, dim]
+        # the seed's FLOPs: no GELU and no residual adds
         for i in range(self.n_blocks):
-            p.ln(f"{i}.ln1.", d, b * n * d)
-            p.dense(f"{i}.attn.qkv.", d, 3 * d, b * n)
-            p.flops += attention_flops(b * n // (ws * ws), ws * ws, ws * ws, d)
-            p.dense(f"{i}.attn.proj.", d, d, b * n)
-            p.add(f"{i}.attn.rel_pos_bias", ((2 * ws - 1) ** 2, self.heads), "normal", std=0.02)
-            p.ln(f"{i}.ln2.", d, b * n * d)
-            p.dense(f"{i}.mlp.fc1.", d, m, b * n)
-            p.dense(f"{i}.mlp.fc2.", m, d, b * n)
-        return p.result(x)
+            # odd blocks shift the windows by ws/2 (none when one window covers the map)
+            shift = ws // 2 if i % 2 and (gh > 1 or gw > 1) else 0
+            y = ln(g, x, f"{i}.ln1.")
+            if shift:
+                y = g.op("roll", y, shifts=(-shift, -shift), axes=(1, 2))
+            y = g.op("reshape", y, dims=(b, gh, ws, gw, ws, d))
+            y = g.op("reshape", g.op("transpose", y, perm=(0, 1, 3, 2, 4, 5)), dims=(b * gh * gw, t, d))
+            qkv = linear(g, y, f"{i}.attn.qkv.", d, 3 * d)
+            wp = g.param(f"{i}.attn.proj.weight", (d, d), "he", fan_in=d, fan_out=d)
+            bp = g.param(f"{i}.attn.proj.bias", (d,), "zeros")
+            table = g.param(f"{i}.attn.rel_pos_bias", ((2 * ws - 1) ** 2, self.heads), "normal", std=0.02)
+            q, k, v = (g.op("slice", qkv, start=(0, 0, j * d), limit=(b * gh * gw, t, (j + 1) * d)) for j in range(3))
+            bias = g.op("window_bias", params=[table], ws=ws, grid=(gh, gw), shift=shift)
+            y = g.op("linear", attention(g, q, k, v, self.heads, bias=bias), params=[wp, bp])
+            y = g.op("reshape", y, dims=(b, gh, gw, ws, ws, d))
+            y = g.op("reshape", g.op("transpose", y, perm=(0, 1, 3, 2, 4, 5)), dims=(b, h, w, d))
+            if shift:
+                y = g.op("roll", y, shifts=(shift, shift), axes=(1, 2))
+            x = g.op("add", x, y, flops=0)
+            y = linear(g, ln(g, x, f"{i}.ln2."), f"{i}.mlp.fc1.", d, m)
+            y = linear(g, g.op("act", y, kind="gelu", flops=0), f"{i}.mlp.fc2.", m, d)
+            x = g.op("add", x, y, flops=0)
+        return g.op("transpose", x, perm=(0, 3, 1, 2))
 
 
 @register("patch_merging")
@@ -58,12 +77,13 @@ class PatchMerging(Layer):
     out_dim: int
     examples: ClassVar = [(dict(in_dim=4, out_dim=8), TensorType((2, 4, 4, 6)))]
 
-    def infer(self, x, net):
-        b, c, h, w = image(x, self.in_dim, "in_dim")
+    def build(self, g, x, net):
+        b, c, h, w = image(x.type, self.in_dim, "in_dim")
         if h % 2 or w % 2:
             raise ShapeError(f"2x2 patch merging needs even sides, got {h}x{w}")
-        p = Params()
-        n = b * (h // 2) * (w // 2)
-        p.ln("norm.", 4 * c, n * 4 * c)
-        p.dense("", 4 * c, self.out_dim, n)
-        return p.result(TensorType((b, self.out_dim, h // 2, w // 2)))
+        # neighbourhood features in torchvision's order: (0,0), (1,0), (0,1), (1,1) (row, col offset)
+        y = g.op("reshape", g.op("transpose", x, perm=(0, 2, 3, 1)), dims=(b, h // 2, 2, w // 2, 2, c))
+        y = g.op("transpose", y, perm=(0, 1, 3, 4, 2, 5))
+        y = ln(g, g.op("reshape", y, dims=(b, h // 2, w // 2, 4 * c)), "norm.")
+        y = linear(g, y, "", 4 * c, self.out_dim)
+        return g.op("transpose", y, perm=(0, 3, 1, 2))

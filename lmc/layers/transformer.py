@@ -1,7 +1,7 @@
 """Transformer kinds: layer_norm, patch_embed (ViT), transformer_encoder, and the token-layout
-converters spatial_flatten / spatial_unflatten.  layer_norm and the converters are built from
-primitives (layer_norm and transpose are declared: no template yet); patch_embed and
-transformer_encoder are still spec-only shape rules (matmul, softmax are not primitives yet).  LayerNorm ε = 1e-5, biased variance."""
+converters spatial_flatten / spatial_unflatten.  All are built from
+primitives, some declared (no template yet: layer_norm, transpose, concat, broadcast, slice,
+matmul, softmax, rope), so none lowers yet.  LayerNorm ε = 1e-5, biased variance."""
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -9,8 +9,8 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._common import ln
-from ._shape import Params, attention_flops, divides, image, tokens
+from ._common import attention, conv, linear, ln
+from ._shape import divides, image, tokens
 
 
 @register("layer_norm")
@@ -49,8 +49,8 @@ class PatchEmbed(Layer):
     examples: ClassVar = [(dict(ic=3, dim=8, patch_size=4, n_patches=4), TensorType((2, 3, 8, 8))),
                           (dict(ic=1, dim=6, patch_size=2, n_patches=6), TensorType((1, 1, 4, 6)))]
 
-    def infer(self, x, net):
-        b, _, h, w = image(x, self.ic)
+    def build(self, g, x, net):
+        b, _, h, w = image(x.type, self.ic)
         ps = self.patch_size
         if h % ps or w % ps:
             raise ShapeError(f"patch_size={ps} does not divide the {h}x{w} input")
@@ -58,26 +58,28 @@ class PatchEmbed(Layer):
         if n != self.n_patches:
             raise ShapeError(f"n_patches={self.n_patches} but a {h}x{w} input in {ps}x{ps} patches has "
                              f"{h // ps}x{w // ps} = {n} patches")
-        p = Params()
-        p.conv("", self.ic, self.dim, ps, b, h // ps, w // ps, bias=True)
-        p.add("cls", (self.dim,), "zeros")
-        p.add("pos", (n + 1, self.dim), "normal", std=math.sqrt(2.0 / (n + 1)))
-        p.flops += b * (n + 1) * self.dim
-        return p.result(TensorType((b, n + 1, self.dim)))
+        d = self.dim
+        # He fan-in: conv's (ic·p·p); the seed's FLOPs count the conv and the position add only
+        y = conv(g, x, "", self.ic, d, ps, ps, "valid", bias=True, bias_flops=0)
+        y = g.op("reshape", g.op("transpose", y, perm=(0, 2, 3, 1)), dims=(b, n, d))
+        cls = g.op("broadcast", params=[g.param("cls", (d,), "zeros")], dims=(b, 1, d))
+        pos = g.param("pos", (n + 1, d), "normal", std=math.sqrt(2.0 / (n + 1)))
+        y = g.op("concat", cls, y, axis=1)
+        return g.op("add", y, g.op("broadcast", params=[pos], dims=(b, n + 1, d)))
 
 
-def encoder_block(p: Params, name: str, b: int, n: int, d: int, m: int) -> None:
-    """Pre-LN block tensors in the Lean kit's order (16): ln1 γ β; q, k, v, out (weight
-    [d,d], bias [d]); ln2 γ β; mlp.fc1 [d,m] + [m]; mlp.fc2 [m,d] + [d]."""
-    p.ln(f"{name}ln1.", d, b * n * d)
-    for proj in ("q", "k", "v", "out"):
-        p.dense(f"{name}attn.{proj}.", d, d, b * n)
-    p.flops += attention_flops(b, n, n, d)
-    p.ln(f"{name}ln2.", d, b * n * d)
-    p.dense(f"{name}mlp.fc1.", d, m, b * n)
-    p.flops += 8 * b * n * m                     # GELU
-    p.dense(f"{name}mlp.fc2.", m, d, b * n)
-    p.flops += 2 * b * n * d                     # the two residual adds
+def encoder_block(g, x, name: str, heads: int, m: int, causal=False, rope=False):
+    """One pre-LN block on tokens [B, N, d], tensors in the Lean kit's order (16): ln1 γ β;
+    q, k, v, out (weight [d,d], bias [d]); ln2 γ β; mlp.fc1 [d,m] + [m]; mlp.fc2 [m,d] + [d].
+    FLOPs: the seed's (GELU 8 per element)."""
+    d = x.type.dims[2]
+    h = ln(g, x, f"{name}ln1.")
+    q, k, v = (linear(g, h, f"{name}attn.{p}.", d, d) for p in ("q", "k", "v"))
+    h = linear(g, attention(g, q, k, v, heads, causal, rope), f"{name}attn.out.", d, d)
+    x = g.op("add", x, h)
+    h = linear(g, ln(g, x, f"{name}ln2."), f"{name}mlp.fc1.", d, m)
+    h = g.op("act", h, kind="gelu", flops=8 * h.type.size)
+    return g.op("add", x, linear(g, h, f"{name}mlp.fc2.", m, d))
 
 
 @register("transformer_encoder")
@@ -105,18 +107,18 @@ class TransformerEncoder(Layer):
                           (dict(dim=8, heads=2, mlp_dim=12, n_blocks=1, causal_mask=True, rope=True),
                            TensorType((2, 4, 8)))]
 
-    def infer(self, x, net):
-        b, n, d = tokens(x, self.dim)
+    def build(self, g, x, net):
+        b, n, d = tokens(x.type, self.dim)
         divides(self.heads, d, f"heads={self.heads} must divide dim={d}")
         if self.rope and (d // self.heads) % 2:
             raise ShapeError(f"rope needs an even head dimension, but dim={d} / heads={self.heads} = {d // self.heads}")
-        p = Params()
         for i in range(self.n_blocks):
-            encoder_block(p, f"{i}.", b, n, d, self.mlp_dim)
-        p.ln("ln.", d, b * n * d)
+            x = encoder_block(g, x, f"{i}.", self.heads, self.mlp_dim, self.causal_mask, self.rope)
+        x = ln(g, x, "ln.")
         if self.causal_mask or self.keep_sequence:
-            return p.result(TensorType((b, n, d)))
-        return p.result(TensorType((b, d)))
+            return x
+        cls = g.op("slice", x, start=(0, 0, 0), limit=(b, 1, d))
+        return g.op("reshape", cls, dims=(b, d))
 
 
 @register("spatial_flatten")

@@ -123,4 +123,4 @@ def assign(net) -> dict:
 def dense_weights(net) -> set[str]:
     """Names of the 2-D weight matrices of dense layers (the matrices Muon and Shampoo act on)."""
     return {n.params[0].name for n in net.graph.nodes
-            if n.prim is not None and n.prim.name == "dense" and n.params}
+            if n.prim.name == "dense" and n.params}

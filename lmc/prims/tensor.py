@@ -133,3 +133,81 @@ class Linear(Prim):
     @staticmethod
     def reference(xp, x, w, b=None):
         return x @ w if b is None else x @ w + b
+
+
+@primitive("slice")
+class Slice(Prim):
+    """y = x[start₀:limit₀, start₁:limit₁, …] (every axis given, unit strides): a branch of a
+    channel split, token 0, the last input channel.  bwd: dy padded back with zeros."""
+    inputs = ("x",)
+    params = ()
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if len(self.start) != x.rank or len(self.limit) != x.rank or any(
+                not 0 <= a < b <= n for a, b, n in zip(self.start, self.limit, x.dims)):
+            raise ShapeError(f"slice {list(self.start)}:{list(self.limit)} does not fit {x.shape_str()}")
+        return TensorType(tuple(b - a for a, b in zip(self.start, self.limit))), 0
+
+    @staticmethod
+    def reference(xp, x, start, limit):
+        return x[tuple(slice(a, b) for a, b in zip(start, limit))]
+
+
+@primitive("broadcast")
+class Broadcast(Prim):
+    """y = a broadcast to `dims` (NumPy rules: trailing axes aligned, size-1 axes stretched).
+    `a` is the input, or a parameter used as a value (a class token, a position table, learned
+    queries).  bwd: dy summed over the broadcast axes."""
+    inputs = ("a",)
+    params = ()
+
+    def infer(self, ins, ps):
+        (a,) = list(ins) + list(ps)
+        dims = tuple(self.dims)
+        lead = len(dims) - a.rank
+        if lead < 0 or any(n not in (1, m) for n, m in zip(a.dims, dims[lead:])):
+            raise ShapeError(f"cannot broadcast {a.shape_str()} to {TensorType(dims).shape_str()}")
+        return TensorType(dims), 0
+
+    @staticmethod
+    def reference(xp, a, dims):
+        return xp.broadcast_to(a, tuple(dims))
+
+
+@primitive("mul")
+class Mul(Prim):
+    """y = a · b elementwise, b broadcast to a's shape (NumPy rules): a gate [B, C, 1, 1] on a
+    feature map, a sigmoid gate on its tanh twin.  bwd: da = dy·b, db = Σ_broadcast dy·a."""
+    inputs = ("a", "b_in")
+    params = ()
+    n_inputs = 2
+
+    def infer(self, ins, ps):
+        a, b = ins
+        lead = a.rank - b.rank
+        if lead < 0 or any(n not in (1, m) for n, m in zip(b.dims, a.dims[lead:])):
+            raise ShapeError(f"cannot multiply {a.shape_str()} by {b.shape_str()}")
+        return a, a.size
+
+    @staticmethod
+    def reference(xp, a, b):
+        return a * b
+
+
+@primitive("roll")
+class Roll(Prim):
+    """y = x cyclically shifted by `shifts` along `axes` (Swin's shifted windows):
+    y[(i + s) mod n] = x[i].  bwd: dy rolled back."""
+    inputs = ("x",)
+    params = ()
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if any(not 0 <= a < x.rank for a in self.axes):
+            raise ShapeError(f"roll axes {list(self.axes)} do not fit {x.shape_str()}")
+        return x, 0
+
+    @staticmethod
+    def reference(xp, x, shifts, axes):
+        return xp.roll(x, tuple(shifts), axis=tuple(axes))

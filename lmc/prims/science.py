@@ -1,0 +1,102 @@
+"""Declared primitives (shape rule, FLOPs, float64 reference; no template yet) for the NeRF,
+diffusion, Mamba and AlphaFold kinds: fourier_features, rms_norm, selective_scan and
+outer_product_mean."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..types import TensorType
+from . import Prim, primitive
+
+
+@primitive("fourier_features")
+class FourierFeatures(Prim):
+    """Per value p of the last axis: (sin(2⁰πp), cos(2⁰πp), …, sin(2^(L−1)πp), cos(2^(L−1)πp)),
+    L = num_frequencies: [..., D] → [..., D·2L], coordinate-major.  FLOPs 20 per output element
+    (the seed's count).  bwd: dp = Σ_k 2^k π (cos·dy_sin − sin·dy_cos)."""
+    inputs = ("x",)
+    params = ()
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        out = TensorType(x.dims[:-1] + (x.dims[-1] * 2 * self.num_frequencies,))
+        return out, 20 * out.size
+
+    @staticmethod
+    def reference(xp, x, num_frequencies):
+        w = np.pi * 2.0 ** np.arange(num_frequencies)                    # [L]
+        a = x[..., :, None] * w                                          # [..., D, L]
+        y = xp.stack([xp.sin(a), xp.cos(a)], axis=-1)                    # [..., D, L, 2]
+        return y.reshape(x.shape[:-1] + (-1,))
+
+
+@primitive("rms_norm")
+class RmsNorm(Prim):
+    """y = γ·x/√(mean(x²) + ε) over the last axis (ε = 1e-5), γ [D].  FLOPs 4 per element."""
+    inputs = ("x",)
+    params = ("gamma",)
+
+    def infer(self, ins, ps):
+        (x,), (g,) = ins, ps
+        if g.dims != (x.dims[-1],):
+            raise ShapeError(f"RMS norm over {x.dims[-1]} features got a parameter of shape {g.shape_str()}")
+        return x, 4 * x.size
+
+    @staticmethod
+    def reference(xp, x, gamma):
+        return x / xp.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5) * gamma
+
+
+@primitive("selective_scan")
+class SelectiveScan(Prim):
+    """Mamba's state-space scan without a Δ projection (the Lean kit's): u [B, L, E],
+    bc [B, L, 2N] (B_t then C_t), A = −exp(a_log) [E, N], D [E]:
+    h_t = exp(A)·h_{t−1} + B_t·u_t,  y_t = C_t·h_t + D·u_t  → [B, L, E].
+    FLOPs 6·N + 2 per element of u."""
+    inputs = ("u", "bc")
+    params = ("a_log", "d")
+    n_inputs = 2
+
+    def infer(self, ins, ps):
+        (u, bc), (a, d) = ins, ps
+        e, n = a.dims
+        if u.rank != 3 or u.dims[2] != e or bc.dims != u.dims[:2] + (2 * n,) or d.dims != (e,):
+            raise ShapeError(f"a scan over {e} channels and {n} states does not fit {u.shape_str()}, {bc.shape_str()}")
+        return u, u.size * (6 * n + 2)
+
+    @staticmethod
+    def reference(xp, u, bc, a_log, d):
+        n = a_log.shape[1]
+        decay = xp.exp(-xp.exp(a_log))                                   # [E, N]
+        h = 0.0
+        ys = []
+        for t in range(u.shape[1]):
+            bt, ct = bc[:, t, :n], bc[:, t, n:]                          # [B, N]
+            h = decay * h + u[:, t, :, None] * bt[:, None, :]            # [B, E, N]
+            ys.append((h * ct[:, None, :]).sum(-1) + d * u[:, t])
+        return xp.stack(ys, axis=1)
+
+
+@primitive("outer_product_mean")
+class OuterProductMean(Prim):
+    """AlphaFold's MSA → pair update, in the Lean kit's count: a = msa·w ([B, S, R, cm]·[cm, c]),
+    o[b, i, j] = mean_s a[b, s, i] ⊗ a[b, s, j] flattened (c²), then its first `channels`
+    entries (repeated cyclically when c² < channels) → pair [B, R, R, channels].
+    FLOPs 2·B·S·R²·cm (the seed's count)."""
+    inputs = ("msa",)
+    params = ("w",)
+
+    def infer(self, ins, ps):
+        (m,), (w,) = ins, ps
+        if m.rank != 4 or w.rank != 2 or w.dims[0] != m.dims[3]:
+            raise ShapeError(f"a [{w.dims[0]}, {w.dims[1]}] projection does not fit {m.shape_str()}")
+        b, s, r, cm = m.dims
+        return TensorType((b, r, r, self.channels)), 2 * b * s * r * r * cm
+
+    @staticmethod
+    def reference(xp, msa, w, channels):
+        a = msa @ w
+        o = xp.einsum("bsic,bsjd->bijcd", a, a) / msa.shape[1]
+        o = o.reshape(o.shape[:3] + (-1,))
+        return o[..., np.arange(channels) % o.shape[-1]]
