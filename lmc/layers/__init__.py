@@ -9,23 +9,15 @@ Modules in this package are discovered automatically: adding a layer is one new 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from typing import ClassVar
 
 from ..errors import NotImplementedKind
+from ..registry import discover, registrar
 
 LAYERS: dict[str, type] = {}
 
 
-def register(kind: str):
-    def deco(cls):
-        if kind in LAYERS:
-            raise RuntimeError(f"layer kind {kind!r} registered twice")
-        cls.kind = kind
-        LAYERS[kind] = cls
-        return cls
-    return deco
+register = registrar(LAYERS, "layer kind", attr="kind")
 
 
 class Layer:
@@ -67,14 +59,6 @@ def _fmt(v):
     return str(v.value) if hasattr(v, "value") else str(v)
 
 
-_loaded = False
-
-
 def all_layers() -> dict[str, type]:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if not m.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{m.name}")
+    discover(__name__, __path__)
     return dict(LAYERS)

@@ -24,26 +24,18 @@ file is what makes it lower.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import ClassVar
 
 import numpy as np
 
+from ..registry import discover, registrar
 from ..render import TEMPLATES
 from ..types import TensorType
 
 PRIMS: dict[str, type] = {}
 
 
-def primitive(name: str):
-    def deco(cls):
-        if name in PRIMS:
-            raise RuntimeError(f"primitive {name!r} registered twice")
-        cls.name = name
-        PRIMS[name] = cls
-        return cls
-    return deco
+primitive = registrar(PRIMS, "primitive")
 
 
 class Prim:
@@ -118,15 +110,8 @@ def make_prim(name: str, **attrs) -> Prim:
     return PRIMS[name](**attrs)
 
 
-_loaded = False
-
-
 def _load():
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for m in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{m.name}")
+    discover(__name__, __path__)
 
 
 def all_prims() -> dict[str, type]:
