@@ -110,27 +110,8 @@ class Conv1d(Prim):
         return y.reshape(b, o, to)
 
 
-@primitive("avg_pool")
-class AvgPool(Prim):
-    """y = mean over each size×size window (stride, zero padding pad = (h_lo, h_hi, w_lo, w_hi),
-    always divided by size², PyTorch's count_include_pad).  FLOPs size² per output element."""
-    inputs = ("x",)
-    params = ()
-
-    def infer(self, ins, ps):
-        (x,) = ins
-        out = _pool_out(x, self.size, self.stride, self.pad)
-        return out, out.size * self.size * self.size
-
-    @staticmethod
-    def reference(xp, x, size, stride, pad):
-        return sum(_windows(xp, x, size, stride, pad, 0.0)) / (size * size)
-
-
-@primitive("window_max")
-class WindowMax(Prim):
-    """y = max over each size×size window (stride, −∞ padding pad = (h_lo, h_hi, w_lo, w_hi)):
-    `max_pool` for windows larger than the input (which `max_pool` refuses).
+class _WindowPool(Prim):
+    """A size×size window reduction with stride and padding pad = (h_lo, h_hi, w_lo, w_hi);
     FLOPs size² per output element."""
     inputs = ("x",)
     params = ()
@@ -139,6 +120,23 @@ class WindowMax(Prim):
         (x,) = ins
         out = _pool_out(x, self.size, self.stride, self.pad)
         return out, out.size * self.size * self.size
+
+
+@primitive("avg_pool")
+class AvgPool(_WindowPool):
+    """y = mean over each size×size window (stride, zero padding pad = (h_lo, h_hi, w_lo, w_hi),
+    always divided by size², PyTorch's count_include_pad).  FLOPs size² per output element."""
+
+    @staticmethod
+    def reference(xp, x, size, stride, pad):
+        return sum(_windows(xp, x, size, stride, pad, 0.0)) / (size * size)
+
+
+@primitive("window_max")
+class WindowMax(_WindowPool):
+    """y = max over each size×size window (stride, −∞ padding pad = (h_lo, h_hi, w_lo, w_hi)):
+    `max_pool` for windows larger than the input (which `max_pool` refuses).
+    FLOPs size² per output element."""
 
     @staticmethod
     def reference(xp, x, size, stride, pad):
