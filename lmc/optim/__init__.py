@@ -39,6 +39,10 @@ class Optimizer:
     # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])];
     # every variant must lower to the same module text (hyperparameters are runtime values)
     examples: ClassVar[list] = []
+    # the oracle's grid net for this optimizer's examples, (layers, input dims), where the default
+    # small MLP has no tensor it applies to (Muon, Shampoo: dense weights ≥ 16); the test appends
+    # its dense head.  None: the default grid net
+    oracle_net: ClassVar[tuple | None] = None
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -1,0 +1,45 @@
+"""LAMB (You et al. 2019; optimizers.md §10, the JAX reference and timm's Lamb): Adam moments with
+bias correction form the direction r = m̂/(√v̂ + ε) + λ·θ (decoupled weight decay λ folded into
+the direction, where the tensor takes decay), then a per-tensor trust ratio ‖θ‖/‖r‖ scales the
+step: θ' = θ − lr·trust·r.  trust is 1 where ‖θ‖ or ‖r‖ is 0 (a zero-initialised bias on the
+first step), and 1 for the tensors excluded from decay (wd_exclude_norm_bias's no-decay group,
+as timm and §10 do).  β1 0.9, β2 0.999, ε 1e-6 (runtime values, never baked in)."""
+from __future__ import annotations
+
+from . import Optimizer, register
+
+
+@register("lamb")
+class Lamb(Optimizer):
+    slots = ("m", "v")
+    hp = ("beta1", "beta2", "eps", "t")
+    examples = [({"learning_rate": 0.01, "optimizer": "lamb"}, [("", {}), ("wd", {"weight_decay": 0.05})]),
+                ({"learning_rate": 0.01, "optimizer": "lamb", "wd_exclude_norm_bias": True},
+                 [("wd_excl", {"weight_decay": 0.05})])]
+
+    def hp_values(self):
+        return {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6}
+
+    def context(self, p):
+        # the norms reduce over every dim of the tensor
+        return {"axes": ", ".join(str(d) for d in range(p.type.rank))}
+
+    @staticmethod
+    def error_gain(slots, beta1, beta2, eps, t):
+        # as Adam's: the step divides by √v̂ elementwise (the trust ratio is one factor per
+        # tensor, a relative error of the whole step that RTOL·|update| already covers)
+        return 1.0 / ((slots["v"] / (1 - beta2 ** t)) ** 0.5 + eps)
+
+    @staticmethod
+    def reference(xp, w, g, slots, lr, wd, decay, beta1, beta2, eps, t):
+        m = beta1 * slots["m"] + (1 - beta1) * g
+        v = beta2 * slots["v"] + (1 - beta2) * g * g
+        mhat, vhat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+        r = mhat / (xp.sqrt(vhat) + eps)
+        if decay:
+            r = r + wd * w
+            wn, rn = xp.sqrt(xp.sum(w * w)), xp.sqrt(xp.sum(r * r))
+            trust = xp.where((wn > 0) & (rn > 0), wn / xp.where(rn > 0, rn, 1.0), 1.0)
+        else:
+            trust = 1.0
+        return w - lr * trust * r, {"m": m, "v": v}
