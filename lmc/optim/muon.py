@@ -5,9 +5,9 @@ falls back to AdamW.
     X₀ = buf'/(‖buf'‖_F + ε);   5×: A = X·Xᵀ;  X ← a·X + b·A·X + c·A·A·X   (a, b, c) = (3.4445, −4.7750, 2.0315)
     θ' = θ − lr·s·X  [− lr·wd·θ where the tensor takes decay],   s = √max(1, rows/cols)
 
-μ is the recipe's `momentum`; left at 0 (its default, which means "no momentum" for SGD) Muon
-uses 0.95, the published Muon's value — heavy ball with no momentum would orthogonalise the raw
-gradient.  ε = 1e-7.  Both are runtime values.
+μ is the recipe's `momentum`, honoured as given (the Lean kit's code fixes 0.9, against its
+docs): at the default 0 Muon orthogonalises the raw gradient; the published Muon uses 0.95,
+so set `momentum: 0.95`.  ε = 1e-7.  Both are runtime values.
 
 Conventions (say which, they are easy to get silently wrong):
 - rows/cols are the STORED dims, [fan_in, fan_out] for a dense weight, as the Lean IREE path
@@ -25,7 +25,6 @@ from . import Optimizer, dense_weights, register
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 NS_ITERS = 5
 MIN_DIM = 16
-DEFAULT_MU = 0.95
 
 
 @register("muon")
@@ -34,7 +33,7 @@ class Muon(Optimizer):
     hp = ("mu", "eps")
     fallback = "adam"
     applies_to = f"2-D dense weights with both dims ≥ {MIN_DIM}"
-    examples = [({"learning_rate": 0.02, "optimizer": "muon"}, [("", {}), ("wd", {"weight_decay": 0.05})]),
+    examples = [({"learning_rate": 0.02, "optimizer": "muon", "momentum": 0.95}, [("", {}), ("wd", {"weight_decay": 0.05})]),
                 ({"learning_rate": 0.02, "use_muon": True, "momentum": 0.8, "wd_exclude_norm_bias": True},
                  [("mu+wd_excl", {"weight_decay": 0.05})])]
     # the oracle's grid net: one weight with rows > cols, one with rows < cols (both Gram sides)
@@ -45,7 +44,7 @@ class Muon(Optimizer):
         return p.type.rank == 2 and min(p.type.dims) >= MIN_DIM and p.name in dense_weights(net)
 
     def hp_values(self):
-        return {"mu": self.cfg.momentum if self.cfg.momentum > 0 else DEFAULT_MU, "eps": 1e-7}
+        return {"mu": self.cfg.momentum, "eps": 1e-7}
 
     def context(self, p):
         rows, cols = p.type.dims
