@@ -282,7 +282,7 @@ def train(spec: SpecArg,
                   "for the current step", markup=False, soft_wrap=True)
         raise typer.Exit(130)
     ev = f"; {s.eval.describe()}" if s.eval is not None else ""
-    loss = f"{s.loss:.4f}" if s.loss is not None else "n/a"
+    loss = f"{s.loss + 0.0:.4f}" if s.loss is not None else "n/a"
     err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
               f"({s.images_per_s:,.0f} img/s), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
               f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)

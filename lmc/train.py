@@ -552,7 +552,7 @@ class Trainer:
                         if len(self.pending) >= self.opts.log_every or end_of_epoch or \
                                 self.step >= self.stop_at or self.stop_requested:
                             self._flush()
-                            progress.update(task, completed=self.batch, loss=f"{self.last_loss:.4f}",
+                            progress.update(task, completed=self.batch, loss=f"{self.last_loss + 0.0:.4f}",
                                             ips=f"{self.ips:,.0f}")
                         if self.stop_requested and not end_of_epoch:   # at an epoch end: after its eval
                             self.train_seconds += time.perf_counter() - t_epoch
@@ -577,7 +577,7 @@ class Trainer:
             self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))
-            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean:.4f}, train acc {100 * acc:.2f}%, "
+            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, train acc {100 * acc:.2f}%, "
                     f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
