@@ -313,3 +313,29 @@ def test_digits_specs_reach_their_accuracy(tmp_path, name, floor):
     assert time.time() - t0 < 120
     ev = records(tmp_path / "run", "eval")[-1]
     assert ev["n"] == 360 and ev["top1"] >= floor, ev
+
+
+# the recipes of docs/optimizers.md's table (digits_mlp, 30 epochs)
+OPTIMIZER_RECIPES = {
+    "sgd": ["train.use_adam=false", "train.learning_rate=0.5"],
+    "momentum": ["train.use_adam=false", "train.learning_rate=0.05", "train.momentum=0.9"],
+    "adam": [],
+    "rmsprop": ["train.optimizer=rmsprop", "train.use_adam=false", "train.learning_rate=0.001", "train.momentum=0.9"],
+    "lamb": ["train.optimizer=lamb", "train.use_adam=false", "train.learning_rate=0.01"],
+    "muon": ["train.optimizer=muon", "train.learning_rate=0.02", "train.momentum=0.95"],
+    "shampoo": ["train.optimizer=shampoo", "train.learning_rate=0.002"],
+}
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZER_RECIPES))
+def test_digits_mlp_trains_with_every_optimizer(tmp_path, opt):
+    """Each of the seven optimizers trains specs/digits_mlp.yaml to ≥ 97% validation top-1."""
+    from lmc.optim import all_optimizers
+    assert set(all_optimizers()) | {"momentum"} == set(OPTIMIZER_RECIPES)      # a new optimizer joins the table
+    sets = [a for s in OPTIMIZER_RECIPES[opt] for a in ("--set", s)]
+    code, out = lmc("train", MLP, *sets, "--out", tmp_path / "run")
+    assert code == 0, out
+    h = records(tmp_path / "run", "header")[0]
+    assert h["optimizer"] == {"momentum": "sgd", "muon": "adam+muon", "shampoo": "adam+shampoo"}.get(opt, opt)
+    ev = records(tmp_path / "run", "eval")[-1]
+    assert ev["n"] == 360 and ev["top1"] >= 0.97, ev
