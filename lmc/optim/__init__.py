@@ -36,6 +36,10 @@ class Optimizer:
     fallback: ClassVar[str | None] = None
     # what the tensors it applies to are, for the error when a net has none
     applies_to: ClassVar[str] = "every parameter"
+    # multiplies the oracle tests' f32 tolerance on this optimizer's updated weights: a step that
+    # is ill-conditioned in g amplifies the f32 rounding of the gradient (Shampoo's inverse 4th
+    # roots of an εI-regularised, rank-deficient L and R); 1 for everything linear or normalized
+    oracle_tolerance: ClassVar[float] = 1.0
     # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])];
     # every variant must lower to the same module text (hyperparameters are runtime values)
     examples: ClassVar[list] = []
