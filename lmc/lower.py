@@ -581,3 +581,23 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
         f"  func.func @forward({', '.join(a)}) -> {out.mlir} {{", call_f, f"    return {y} : {out.mlir}", "  }",
         f"  func.func @vjp(%dy: {out.mlir}, {', '.join(a)}) -> ({', '.join(bouts)}) {{", call_f, call_b,
         f"    return {', '.join(gouts)} : {', '.join(bouts)}", "  }", *statsf, *evalf, "}"]) + "\n"
+
+
+def optim_test_module(o, p, decay: bool) -> str:
+    """A module exposing one optimizer's update of one tensor for the tests:
+    @step(w, g, slots..., lr, wd, hp...) -> (w', slots'...), the template's own signature."""
+    t = p.type.mlir
+    ctx = {"p": t, "decay": decay, **o.context(p)}
+    sym = f"{o.name}_{sig(o.name, ctx)}"
+    text = render_template(f"optim/{o.name}.mlir.j2", {**ctx, "name": sym}, f"optimizer {o.name}")
+    args = [f"%w: {t}", f"%g: {t}"] + [f"%s{i}: {t}" for i in range(len(o.slots))] + \
+           [f"%h{i}: tensor<f32>" for i in range(2 + len(o.hp))]
+    names = ", ".join(a.split(":")[0] for a in args)
+    types = ", ".join(a.split(": ")[1] for a in args)
+    outs = ", ".join([t] * (1 + len(o.slots)))
+    n = 1 + len(o.slots)
+    res = "%r" if n == 1 else ", ".join(f"%r#{i}" for i in range(n))
+    call = f"%r = func.call @{sym}({names}) : ({types}) -> ({outs})" if n == 1 else \
+           f"%r:{n} = func.call @{sym}({names}) : ({types}) -> ({outs})"
+    return "\n".join(["module @model {", text, f"  func.func @step({', '.join(args)}) -> ({outs}) {{",
+                      f"    {call}", f"    return {res} : {outs}", "  }", "}"]) + "\n"
