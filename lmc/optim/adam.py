@@ -5,6 +5,14 @@ from __future__ import annotations
 from . import Optimizer, register
 
 
+def adam_direction(xp, g, slots, beta1, beta2, eps, t):
+    """(m', v', m̂/(√v̂ + ε)): Adam's moments and bias-corrected direction (Adam, LAMB)."""
+    m = beta1 * slots["m"] + (1 - beta1) * g
+    v = beta2 * slots["v"] + (1 - beta2) * g * g
+    mhat, vhat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+    return m, v, mhat / (xp.sqrt(vhat) + eps)
+
+
 @register("adam")
 class Adam(Optimizer):
     slots = ("m", "v")
@@ -22,10 +30,8 @@ class Adam(Optimizer):
 
     @staticmethod
     def reference(xp, w, g, slots, lr, wd, decay, beta1, beta2, eps, t):
-        m = beta1 * slots["m"] + (1 - beta1) * g
-        v = beta2 * slots["v"] + (1 - beta2) * g * g
-        mhat, vhat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
-        w2 = w - lr * mhat / (xp.sqrt(vhat) + eps)
+        m, v, direction = adam_direction(xp, g, slots, beta1, beta2, eps, t)
+        w2 = w - lr * direction
         if decay:
             w2 = w2 - lr * wd * w
         return w2, {"m": m, "v": v}

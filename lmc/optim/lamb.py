@@ -7,6 +7,7 @@ as timm and §10 do).  β1 0.9, β2 0.999, ε 1e-6 (runtime values, never baked 
 from __future__ import annotations
 
 from . import Optimizer, register
+from .adam import Adam, adam_direction
 
 
 @register("lamb")
@@ -24,18 +25,13 @@ class Lamb(Optimizer):
         # the norms reduce over every dim of the tensor
         return {"axes": ", ".join(str(d) for d in range(p.type.rank))}
 
-    @staticmethod
-    def error_gain(slots, beta1, beta2, eps, t):
-        # as Adam's: the step divides by √v̂ elementwise (the trust ratio is one factor per
-        # tensor, a relative error of the whole step that RTOL·|update| already covers)
-        return 1.0 / ((slots["v"] / (1 - beta2 ** t)) ** 0.5 + eps)
+    # as Adam's: the step divides by √v̂ elementwise (the trust ratio is one factor per tensor,
+    # a relative error of the whole step that RTOL·|update| already covers)
+    error_gain = staticmethod(Adam.error_gain)
 
     @staticmethod
     def reference(xp, w, g, slots, lr, wd, decay, beta1, beta2, eps, t):
-        m = beta1 * slots["m"] + (1 - beta1) * g
-        v = beta2 * slots["v"] + (1 - beta2) * g * g
-        mhat, vhat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
-        r = mhat / (xp.sqrt(vhat) + eps)
+        m, v, r = adam_direction(xp, g, slots, beta1, beta2, eps, t)
         if decay:
             r = r + wd * w
             wn, rn = xp.sqrt(xp.sum(w * w)), xp.sqrt(xp.sum(r * r))
