@@ -91,14 +91,21 @@ class Conv(Prim):
             raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.shape_str()}")
         b, c, h, wd = x.dims
         o, ci, kh, kw = w.dims
-        g = self.groups
+        g, d = self.groups, self.tap_spacing
         if c != ci * g or o % g:
             raise ShapeError(f"the kernel expects {ci * g} input channels but the input has {c}")
         ph0, ph1, pw0, pw1 = self.pad
-        oh, ow = conv_out(h, kh, self.stride, ph0, ph1), conv_out(wd, kw, self.stride, pw0, pw1)
+        ekh, ekw = (kh - 1) * d + 1, (kw - 1) * d + 1          # the kernel's extent (dilated)
+        oh, ow = conv_out(h, ekh, self.stride, ph0, ph1), conv_out(wd, ekw, self.stride, pw0, pw1)
         if oh <= 0 or ow <= 0:
-            raise ShapeError(f"a {kh}x{kw} kernel does not fit a {h}x{wd} input (output would be {oh}x{ow})")
+            kernel = f"a {kh}x{kw} kernel" + (f" dilated by {d}" if d > 1 else "")
+            raise ShapeError(f"{kernel} does not fit a {h}x{wd} input (output would be {oh}x{ow})")
         return _t(b, o, oh, ow), 2 * b * o * oh * ow * ci * kh * kw
+
+    @property
+    def tap_spacing(self) -> int:
+        """Distance between kernel taps: 1 here, `dilation` in dilated_conv."""
+        return 1
 
     def _depthwise(self, x, w) -> bool:
         return self.groups == x.dims[1] and w.dims[1] == 1 and w.dims[0] == x.dims[1]

@@ -35,21 +35,9 @@ class DilatedConv(Conv):
     pad, groups as `conv`.  FLOPs 2·B·O·oh·ow·(C/groups)·kh·kw, as `conv`."""
     examples = []
 
-    def infer(self, ins, ps):
-        (x,), (w,) = ins, ps
-        if x.rank != 4:
-            raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.shape_str()}")
-        b, c, h, wd = x.dims
-        o, ci, kh, kw = w.dims
-        d, g = self.dilation, self.groups
-        if c != ci * g or o % g:
-            raise ShapeError(f"the kernel expects {ci * g} input channels but the input has {c}")
-        ph0, ph1, pw0, pw1 = self.pad
-        ekh, ekw = (kh - 1) * d + 1, (kw - 1) * d + 1
-        oh, ow = conv_out(h, ekh, self.stride, ph0, ph1), conv_out(wd, ekw, self.stride, pw0, pw1)
-        if oh <= 0 or ow <= 0:
-            raise ShapeError(f"a {kh}x{kw} kernel dilated by {d} does not fit a {h}x{wd} input")
-        return TensorType((b, o, oh, ow)), 2 * b * o * oh * ow * ci * kh * kw
+    @property
+    def tap_spacing(self) -> int:
+        return self.dilation
 
     def saved(self, ins, ps, out):
         return list(ins)
