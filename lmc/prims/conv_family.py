@@ -131,14 +131,18 @@ class WindowMax(_WindowPool):
         return xp.max(xp.stack(_windows(xp, x, size, stride, pad, -xp.inf)), axis=0)
 
 
-@primitive("leaky_relu")
-class LeakyRelu(Prim):
-    """y = x for x ≥ 0, alpha·x below (Darknet: alpha 0.1).  FLOPs 1 per element."""
+class _Elementwise(Prim):
+    """y has x's type; FLOPs 1 per element."""
     inputs = ("x",)
     params = ()
 
     def infer(self, ins, ps):
         return ins[0], ins[0].size
+
+
+@primitive("leaky_relu")
+class LeakyRelu(_Elementwise):
+    """y = x for x ≥ 0, alpha·x below (Darknet: alpha 0.1).  FLOPs 1 per element."""
 
     @staticmethod
     def reference(xp, x, alpha):
@@ -146,13 +150,8 @@ class LeakyRelu(Prim):
 
 
 @primitive("tanh")
-class Tanh(Prim):
+class Tanh(_Elementwise):
     """y = tanh(x).  FLOPs 1 per element.  bwd: dx = dy·(1 − y²)."""
-    inputs = ("x",)
-    params = ()
-
-    def infer(self, ins, ps):
-        return ins[0], ins[0].size
 
     @staticmethod
     def reference(xp, x):
