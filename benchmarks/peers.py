@@ -30,8 +30,7 @@ def _recipe(net, lr):
     if knobs:
         raise NotImplementedError(f"benchmark peers do not implement {', '.join(knobs)}")
     hp = dict(zip(a.hp, hyperparams(a, cfg, lr, 1)))
-    decay = {p.name: not (cfg.wd_exclude_norm_bias and p.type.rank < 2) for p in net.params}
-    return a, hp, decay
+    return a, hp, {p.name: a.decay(p.name) for p in net.params}
 
 
 def _update(xp, a, hp, decay, params, opt, grads, t):

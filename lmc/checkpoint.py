@@ -270,10 +270,12 @@ def load_init(path: Path, net) -> InitTensors:
     return InitTensors([_f32(tensors[p.name]) for p in net.params], state, what)
 
 
-def load_region(path: Path, net, region: str) -> list[np.ndarray]:
+def load_region(path: Path, net, region: str, tensors=None, meta=None) -> list[np.ndarray]:
     """One averaged-weights region (ema, swa, swa_sq, swag_dev) of an lmc checkpoint, in
-    `lmc info --params` order; refused naming what the file has when it lacks it."""
-    tensors, meta = read_tensors(path)
+    `lmc info --params` order; refused naming what the file has when it lacks it.  `tensors`
+    and `meta` (read_tensors' result) spare reading the file again."""
+    if tensors is None:
+        tensors, meta = read_tensors(path)
     have = (meta or {}).get("regions", [])
     if region not in have:
         raise TrainError(f"{path} has no {region} weights (it holds: live{''.join(', ' + r for r in have)})",

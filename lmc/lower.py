@@ -27,7 +27,7 @@ from .errors import NotImplementedKind, SpecError
 from .graph import Node
 from .infer import TypedNet, check_recipe_fits
 from .losses import Loss, make_loss
-from .optim import GLOBAL_HP, Optimizer, assign
+from .optim import GLOBAL_HP, Optimizer, assign, selection
 from .render import render_prim, render_template, sig
 from .types import TensorType
 
@@ -51,6 +51,12 @@ class Abi:
     optimizers: dict = field(default_factory=dict)     # param name → Optimizer
     head: frozenset = frozenset()   # params whose lr is lr·head_lr_mult
     accum: int = 1                  # grad_accum_steps
+    no_decay: frozenset = frozenset()   # params excluded from weight decay (wd_exclude_norm_bias)
+    used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
+
+    def decay(self, name: str) -> bool:
+        """Whether this parameter takes weight decay."""
+        return name not in self.no_decay
 
     @property
     def opt_keys(self) -> list[tuple[str, str]]:
@@ -109,15 +115,15 @@ def abi(net: TypedNet) -> Abi:
                                  f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
                                  hint="remove the field from the recipe (or set it to its default)")
     check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
-    where = "optimizer" if cfg.optimizer.value != "sgd" else next(
-        (f for f in ("use_shampoo", "use_muon", "use_adam") if getattr(cfg, f)), "optimizer")
+    where = selection(cfg)[1]
     try:
         optimizers = assign(net)
     except (NotImplementedKind, SpecError) as e:
         raise e.located(net.spec.loc("train", where))
     head = head_params(net) if cfg.head_lr_mult != 1.0 else frozenset()
+    used = tuple(_unique(optimizers))
     hp = list(CORE_HP) + [h for h in loss.hp if h not in CORE_HP]
-    for o in _unique(optimizers):
+    for o in used:
         hp += [f"{o.name}.{h}" for h in o.hp if h not in GLOBAL_HP]
     if cfg.grad_clip_norm > 0:
         hp.append("grad_clip_norm")
@@ -128,8 +134,10 @@ def abi(net: TypedNet) -> Abi:
     k = max(cfg.grad_accum_steps, 1)
     if k > 1:
         hp.append("grad_scale")
+    # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
+    no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
-               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k)
+               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used)
 
 
 def ema_decay(cfg, step: int) -> float:
@@ -151,8 +159,8 @@ def hyperparams(a: Abi, cfg, lr: float, step: int) -> list[float]:
             "head_lr_mult": cfg.head_lr_mult, "ema_decay": ema_decay(cfg, step), "grad_scale": 1.0 / a.accum}
     if a.loss is not None:
         vals.update(a.loss.hp_values(cfg))
-    for o in _unique(a.optimizers):
-        vals.update({f"{o.name}.{h}": v for h, v in o.hp_values().items()})
+    for o in a.used:
+        vals.update({f"{o.name}.{h}": v for h, v in o.hp_values(cfg).items()})
     return [float(vals[h]) for h in a.hp]
 
 
@@ -428,8 +436,7 @@ def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
     new_p, new_o = {}, {}
     for p in a.params:
         o = a.optimizers[p.name]
-        decay = not (cfg.wd_exclude_norm_bias and p.type.rank < 2)
-        octx = {"p": p.type.mlir, "decay": decay, **o.context(p)}
+        octx = {"p": p.type.mlir, "decay": a.decay(p.name), **o.context(p)}
         osym = _template(em, f"optim/{o.name}.mlir.j2", o.name, octx, f"optimizer {o.name}")
         st = [(N.o[(slot, p.name)], p.type.mlir) for slot in o.slots]
         lr = lr_head if p.name in a.head else hp_ssa("lr")

@@ -615,17 +615,20 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if net.state and got.state is None:
         raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
                          hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
+    tensors, meta = read_tensors(Path(init)) if Path(init).suffix == ".npz" else (None, None)
     if region == "auto":
-        meta = read_tensors(Path(init))[1] if Path(init).suffix == ".npz" else None
         region = (meta or {}).get("eval_region", "live")
+
+    def part(r):
+        return load_region(Path(init), net, r, tensors, meta)
+
     params = got.params
     if region in ("ema", "swa"):
-        params = load_region(Path(init), net, region)
+        params = part(region)
     elif region == "swag":
         if net.spec.train is None:
             raise TrainError("--region swag draws swag_samples weight vectors: the spec needs its `train:` recipe")
-        mean, sq = load_region(Path(init), net, "swa"), load_region(Path(init), net, "swa_sq")
-        dev = load_region(Path(init), net, "swag_dev")
+        mean, sq, dev = part("swa"), part("swa_sq"), part("swag_dev")
         devs = [[d[i] for d in dev] for i in range(dev[0].shape[0])]
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)

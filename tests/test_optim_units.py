@@ -55,7 +55,7 @@ def test_update_matches_reference(name, dims, decay):
     p = Param("w", TensorType(dims), "he")
     mod = _module(optim_test_module(o, p, decay))
     rng = np.random.default_rng(0)
-    hp = {"t": 3.0, **o.hp_values()}
+    hp = {"t": 3.0, **o.hp_values(o.cfg)}
     hpv = [F32(fields["learning_rate"]), F32(0.05)] + [F32(hp[h]) for h in o.hp]
     w = rng.standard_normal(dims).astype(np.float32)
     for what, g, slots in (

@@ -257,7 +257,6 @@ def make_jax_step(net, a):
     O is keyed (slot, param name), as Abi.opt."""
     cfg = net.spec.train
     loss = a.loss
-    decay = {p.name: not (cfg.wd_exclude_norm_bias and p.type.rank < 2) for p in net.params}
 
     def step(P, O, E, S, x, labels, hp):
         def loss_of(p):
@@ -275,7 +274,7 @@ def make_jax_step(net, a):
             lr = hp["lr"] * hp["head_lr_mult"] if name in a.head else hp["lr"]
             ohp = {h: hp[h if h in GLOBAL_HP else f"{o.name}.{h}"] for h in o.hp}
             nP[name], slots = o.reference(jnp, th, g[name], {s: O[(s, name)] for s in o.slots}, lr,
-                                          hp["weight_decay"], decay[name], **ohp)
+                                          hp["weight_decay"], a.decay(name), **ohp)
             for s, v in slots.items():
                 nO[(s, name)] = v
         nE = {k: hp["ema_decay"] * E[k] + (1 - hp["ema_decay"]) * nP[k] for k in E}

@@ -147,9 +147,8 @@ def jax_step(layers, params, state, x, y, net):
     for p, w, g in zip(net.params, params, grads):
         o = a.optimizers[p.name]
         ohp = {h: hp[h if h in GLOBAL_HP else f"{o.name}.{h}"] for h in o.hp}
-        decay = not (cfg.wd_exclude_norm_bias and p.type.rank < 2)
         w2, slots = o.reference(jnp, w, g, {s_: O[(s_, p.name)] for s_ in o.slots}, hp["lr"], hp["weight_decay"],
-                                decay, **ohp)
+                                a.decay(p.name), **ohp)
         new_p.append(w2)
         new_o.update({(s_, p.name): v for s_, v in slots.items()})
     m = hp["bn_momentum"]

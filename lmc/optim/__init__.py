@@ -54,8 +54,9 @@ class Optimizer:
     def applies(self, p, net) -> bool:
         return True
 
-    def hp_values(self) -> dict[str, float]:
-        """Values of this optimizer's own hyperparameters (not t) for the recipe."""
+    def hp_values(self, cfg) -> dict[str, float]:
+        """Values of this optimizer's own hyperparameters (not t) for the recipe `cfg` (runtime
+        values: read from the recipe of the step, not the one the module was lowered for)."""
         return {}
 
     def context(self, p) -> dict:
@@ -94,13 +95,19 @@ def select(cfg) -> str:
     tensors it does not act on, so `optimizer: adam` or `use_adam` alongside is consistent; any
     other `optimizer` is a conflict, refused by config.check_rules, as is muon with shampoo);
     then `optimizer` when it is not the default sgd; then use_adam; else sgd."""
+    return selection(cfg)[0]
+
+
+def selection(cfg) -> tuple[str, str]:
+    """(optimizer, the recipe field that selected it) — select's rule, and where to point an
+    error about the choice."""
     if cfg.use_shampoo:
-        return "shampoo"
+        return "shampoo", "use_shampoo"
     if cfg.use_muon:
-        return "muon"
+        return "muon", "use_muon"
     if cfg.optimizer.value != "sgd":
-        return cfg.optimizer.value
-    return "adam" if cfg.use_adam else "sgd"
+        return cfg.optimizer.value, "optimizer"
+    return ("adam", "use_adam") if cfg.use_adam else ("sgd", "optimizer")
 
 
 def make_optimizer(name: str, cfg) -> Optimizer:

@@ -21,7 +21,7 @@ class Adam(Optimizer):
                 ({"learning_rate": 0.01, "optimizer": "adam", "wd_exclude_norm_bias": True},
                  [("adamw_excl", {"weight_decay": 0.05})])]
 
-    def hp_values(self):
+    def hp_values(self, cfg):
         return {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 
     @staticmethod

@@ -18,7 +18,7 @@ class Lamb(Optimizer):
                 ({"learning_rate": 0.01, "optimizer": "lamb", "wd_exclude_norm_bias": True},
                  [("wd_excl", {"weight_decay": 0.05})])]
 
-    def hp_values(self):
+    def hp_values(self, cfg):
         return {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6}
 
     def context(self, p):

@@ -43,8 +43,8 @@ class Muon(Optimizer):
     def applies(self, p, net):
         return p.type.rank == 2 and min(p.type.dims) >= MIN_DIM and p.name in dense_weights(net)
 
-    def hp_values(self):
-        return {"mu": self.cfg.momentum, "eps": 1e-7}
+    def hp_values(self, cfg):
+        return {"mu": cfg.momentum, "eps": 1e-7}
 
     def context(self, p):
         rows, cols = p.type.dims

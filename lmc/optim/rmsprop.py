@@ -19,8 +19,8 @@ class RMSprop(Optimizer):
                 ({"learning_rate": 0.01, "optimizer": "rmsprop", "rmsprop_eps": 1.0, "rmsprop_decay": 0.5,
                   "wd_exclude_norm_bias": True}, [("eps1+wd", {"weight_decay": 0.05})])]
 
-    def hp_values(self):
-        c = self.cfg
+    def hp_values(self, cfg):
+        c = cfg
         return {"rho": c.rmsprop_decay, "eps": c.rmsprop_eps, "mu": c.momentum}
 
     def slot_init(self, slot):

@@ -17,8 +17,8 @@ class SGD(Optimizer):
         if cfg.momentum > 0:
             self.slots = ("momentum",)
 
-    def hp_values(self):
-        return {"mu": self.cfg.momentum}
+    def hp_values(self, cfg):
+        return {"mu": cfg.momentum}
 
     def context(self, p):
         return {"momentum": bool(self.slots)}

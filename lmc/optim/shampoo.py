@@ -41,7 +41,7 @@ class Shampoo(Optimizer):
         d = p.type.dims
         return p.type.rank == 2 and d[0] == d[1] and d[0] >= MIN_DIM and p.name in dense_weights(net)
 
-    def hp_values(self):
+    def hp_values(self, cfg):
         return {"beta": 0.95, "eps": 1e-4}
 
     def context(self, p):
