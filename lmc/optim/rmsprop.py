@@ -20,8 +20,7 @@ class RMSprop(Optimizer):
                   "wd_exclude_norm_bias": True}, [("eps1+wd", {"weight_decay": 0.05})])]
 
     def hp_values(self, cfg):
-        c = cfg
-        return {"rho": c.rmsprop_decay, "eps": c.rmsprop_eps, "mu": c.momentum}
+        return {"rho": cfg.rmsprop_decay, "eps": cfg.rmsprop_eps, "mu": cfg.momentum}
 
     def slot_init(self, slot):
         return 1.0 if slot == "v" else 0.0
