@@ -255,7 +255,10 @@ def test_lowering_kinds():
                        "bottleneck_block", "separable_conv", "inverted_residual", "uib", "unet_down",
                        # concat, slice, mul, broadcast
                        "mb_conv", "mb_conv_v3", "fused_mb_conv", "fire_module", "dense_block", "inception_module",
-                       "nerf_mlp"}
+                       "nerf_mlp",
+                       # avg_pool, dilated_conv, channel_shuffle, upsample, leaky_relu
+                       "transition_layer", "aspp_module", "shuffle_block", "shuffle_v2_block", "darknet_block",
+                       "csp_block", "bilinear_upsample", "unet_up", "fpn_module"}
 
 
 def test_mbconv_se_width_is_canonical():
