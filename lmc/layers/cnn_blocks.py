@@ -1,8 +1,7 @@
 """Multi-branch CNN blocks from the reference's bestiary: fire_module, inception_module,
 aspp_module, darknet_block, csp_block, dense_block, transition_layer, shuffle_block,
-shuffle_v2_block, built from conv / batch_norm / act units and declared primitives (concat,
-slice, transpose, avg_pool, dilated_conv, broadcast, leaky_relu, window_max), so none lowers
-yet.  Convolutions are unbiased and followed by batch norm
+shuffle_v2_block, built from conv / batch_norm / act units and concat, slice, avg_pool,
+dilated_conv, broadcast, channel_shuffle, leaky_relu and max_pool.  Convolutions are unbiased and followed by batch norm
 unless stated; "same" padding keeps H×W at stride 1 and gives ⌈H/2⌉ at stride 2.
 
 Parameter lists follow the Lean kit's `Layer.nParams` (layers.md §3) where it describes a
@@ -14,7 +13,6 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ..prims import same_pad
 from ._common import bn, channel_shuffle, conv, conv_bn
 from ._shape import image
 
