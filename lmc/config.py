@@ -258,15 +258,12 @@ def effective_loss(cfg, dataset=None) -> LossKind:
 
 
 def mixup_mode(cfg) -> str | None:
-    """Which soft-label augmentation a batch gets: exactly one, by the reference's priority
-    KNN-mixup > mixup > cutmix (losses.md §3), so knn-mixup wins over mixup and mixup over cutmix."""
+    """The soft-label augmentation of the recipe (data/mix.py): knn_mixup, mixup, cutmix, or
+    "mixup|cutmix" (both on: each batch takes one with probability ½, as timm's DeiT recipe)."""
     if cfg.use_knn_mixup:
         return "knn_mixup"
-    if cfg.use_mixup:
-        return "mixup"
-    if cfg.use_cutmix:
-        return "cutmix"
-    return None
+    on = [m for m in ("mixup", "cutmix") if getattr(cfg, "use_" + m)]
+    return "|".join(on) or None
 
 
 def check_rules(cfg, loc_of, dataset=None) -> None:
@@ -298,6 +295,11 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     loss = loss_for(kind)
     for r in loss.focal_rules(cfg) if cfg.use_focal else []:
         err(r.message, r.field, also=r.also, hint=r.hint)
+    for other in ("use_mixup", "use_cutmix"):
+        if cfg.use_knn_mixup and getattr(cfg, other):
+            err(f"use_knn_mixup excludes {other} (KNN-mixup replaces the random partner; the seed lets it "
+                f"take precedence, which would leave {other} accepted and unused)", other,
+                also=("use_knn_mixup",), hint=f"drop {other} or use_knn_mixup")
     if cfg.use_swag and not cfg.use_swa:
         err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
     # use_yolov1 asks for the box targets: a loss given explicitly must consume them

@@ -582,12 +582,15 @@ def test_focal_only_with_int_labels_and_no_smoothing():
     assert rule_errors("  use_focal: true\n  use_yolov1: true\n") == []
 
 
-def test_knn_mixup_takes_precedence():
-    assert mixup_mode(cfg(use_knn_mixup=True, use_mixup=True, use_cutmix=True)) == "knn_mixup"
-    assert mixup_mode(cfg(use_mixup=True, use_cutmix=True)) == "mixup"
+def test_mixing_modes_and_knn_exclusivity():
+    assert mixup_mode(cfg(use_knn_mixup=True)) == "knn_mixup"
+    assert mixup_mode(cfg(use_mixup=True, use_cutmix=True)) == "mixup|cutmix"    # timm's per-batch switch
     assert mixup_mode(cfg(use_cutmix=True)) == "cutmix"
     assert mixup_mode(cfg()) is None
-    assert rule_errors("  use_knn_mixup: true\n  use_mixup: true\n") == []
+    # the seed lets KNN take precedence: that would leave use_mixup accepted and unused — refused
+    assert rule_errors("  use_knn_mixup: true\n  use_mixup: true\n") == [
+        (6, "use_knn_mixup excludes use_mixup (KNN-mixup replaces the random partner; the seed lets it "
+            "take precedence, which would leave use_mixup accepted and unused)")]
 
 
 def test_swag_requires_swa():
