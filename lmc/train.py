@@ -43,9 +43,8 @@ METRICS = "metrics.jsonl"
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
-                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "use_rand_augment",
-                "use_auto_augment", "repeated_aug", "train_res", "test_crop_ratio", "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init",
-                "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
+                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
+                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
                 "fpn_affine_prob", "val_every_epochs")
 
 
@@ -204,6 +203,7 @@ class Trainer:
         from .compile import compile_module, resolve_backend
         from .data import Batcher
         from .data.mix import Mixer
+        from .data.policy import Policy
         from .lower import lower
         from .runtime import Module
         net, cfg, opts = self.net, self.cfg, self.opts
@@ -218,7 +218,8 @@ class Trainer:
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
-                               mix=Mixer.from_config(cfg))
+                               mix=Mixer.from_config(cfg), policy=Policy.from_config(cfg, self.ds),
+                               repeated=cfg.repeated_aug)
         k = self.abi.accum
         # with k-step accumulation an epoch is whole cycles of k micro-batches (the remainder
         # is dropped like the batch remainder: one optimizer batch is k·batch_size examples)

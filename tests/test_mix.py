@@ -97,3 +97,69 @@ def test_cutmix_needs_images():
     with pytest.raises(DataError, match="cutmix pastes image boxes"):
         Batcher(flat, 4, seed=0, labels=smooth, mix=mix.Mixer(cutmix_alpha=1.0))
     Batcher(flat, 4, seed=0, labels=smooth, mix=mix.Mixer(mixup_alpha=1.0))      # mixup works on any input
+
+
+# ---------------------------------------------------------------- RandAugment / AutoAugment / repeated aug
+
+from lmc.data import policy as pol  # noqa: E402
+
+
+def test_lite_randaugment_follows_the_seed_formulas():
+    x = np.random.default_rng(0).uniform(0.1, 0.9, (64, 3, 4, 4)).astype(np.float32)
+    y = pol.lite(x, 1, 9.0, np.random.default_rng(1))
+    rng = np.random.default_rng(1)                     # replay the draws of the one op slot
+    op = rng.integers(0, 5, 64)
+    f = 1.0 + np.where(rng.random(64) < 0.5, -0.45, 0.45)
+    for b in range(64):
+        name = pol.LITE[op[b]]
+        if name == "identity":
+            want = x[b]
+        elif name == "brightness":
+            want = np.clip(x[b] * f[b], 0, 1)
+        elif name == "contrast":
+            want = np.clip(x[b].mean() + f[b] * (x[b] - x[b].mean()), 0, 1)
+        elif name == "color":
+            grey = 0.299 * x[b, 0] + 0.587 * x[b, 1] + 0.114 * x[b, 2]
+            want = np.clip(grey + f[b] * (x[b] - grey), 0, 1)
+        else:
+            want = (x[b] - x[b].min()) / (x[b].max() - x[b].min())
+        np.testing.assert_allclose(y[b], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert len(set(op.tolist())) == 5
+
+
+@pytest.mark.parametrize("kind,c", [("rand", 1), ("rand", 3), ("auto", 3), ("auto", 1), ("lite", 2)])
+def test_policies_change_images_keep_shape_and_replay(kind, c):
+    ds = images(n=16, c=c, h=12, w=12)
+    x = np.clip(ds.x_train * 0.2 + 0.5, 0, 1).astype(np.float32)
+    p = pol.Policy(kind, n=2, m=9.0, mstd=0.5 if kind == "rand" else 0.0, inc=kind == "rand")
+    a, b = p(x, np.random.default_rng(7)), p(x, np.random.default_rng(7))
+    assert a.shape == x.shape and a.dtype == np.float32 and np.array_equal(a, b)
+    assert (np.abs(a - x) > 1 / 255).any(axis=(1, 2, 3)).sum() >= 4          # most images altered
+    assert a.min() >= 0 and a.max() <= 1
+
+
+def test_policy_renormalizes_with_the_dataset_statistics():
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    u = np.random.default_rng(0).uniform(0, 1, (8, 3, 6, 6)).astype(np.float32)
+    m, s = np.array(mean)[None, :, None, None], np.array(std)[None, :, None, None]
+    x = ((u - m) / s).astype(np.float32)
+    p = pol.Policy("lite", n=1, m=0.0, mean=mean, std=std)         # magnitude 0: every op but autocontrast is identity
+    y = p(x, np.random.default_rng(3))
+    same = np.isclose(y, x, atol=1e-5).all(axis=(1, 2, 3))
+    assert same.sum() >= 4
+
+
+def test_policies_refuse_what_pillow_cannot_take():
+    four = images(n=8, c=4)
+    cfg = type("C", (), dict(use_auto_augment=True, use_rand_augment=False))
+    with pytest.raises(DataError, match="take 1- or 3-channel images, not 4"):
+        pol.Policy.from_config(cfg, four)
+
+
+def test_repeated_augmentation_puts_copies_in_a_row_and_keeps_the_epoch_length():
+    ds = images(n=30)
+    b = Batcher(ds, 6, seed=1, repeated=3)
+    order = b.order(2)
+    assert len(order) == 30 and b.steps_per_epoch == 5
+    assert all(order[i] == order[i + 1] == order[i + 2] for i in range(0, 30, 3))
+    assert len(set(order.tolist())) == 10

@@ -593,6 +593,16 @@ def test_mixing_modes_and_knn_exclusivity():
             "take precedence, which would leave use_mixup accepted and unused)")]
 
 
+def test_a_field_under_an_off_switch_is_refused():
+    assert rule_errors("  mixup_alpha: 0.4\n") == [(5, "mixup_alpha has no effect without use_mixup: true")]
+    assert rule_errors("  use_rand_augment: true\n  rand_augment_mstd: 0.5\n") == [
+        (6, "rand_augment_mstd has no effect without rand_augment_geometric: true")]
+    assert rule_errors("  use_rand_augment: true\n  rand_augment_geometric: true\n  rand_augment_mstd: 0.5\n"
+                       "  rand_augment_inc: true\n") == []
+    assert rule_errors("  use_auto_augment: true\n  use_rand_augment: true\n") == [
+        (6, "use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)")]
+
+
 def test_swag_requires_swa():
     assert rule_errors("  use_swag: true\n") == [(5, "use_swag requires use_swa: true")]
     assert rule_errors("  use_swag: true\n  use_swa: true\n  swa_start_epoch: 7\n") == []
@@ -817,7 +827,7 @@ def test_docs_describe_every_train_field():
 
 
 def test_probabilities_may_be_one_but_decays_may_not():
-    assert parse(BASE + "  random_erasing_prob: 1.0\n").random_erasing_prob == 1.0
+    assert parse(BASE + "  random_erasing: true\n  random_erasing_prob: 1.0\n").random_erasing_prob == 1.0
     with pytest.raises(SpecError, match=r"train.random_erasing_prob: expected a probability in \[0, 1\], got 1.5"):
         parse(BASE + "  random_erasing_prob: 1.5\n")
     with pytest.raises(SpecError, match=r"train.ema_decay: expected a number in \[0, 1\), got 1.0"):

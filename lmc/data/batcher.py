@@ -41,11 +41,16 @@ class Batcher:
     labels: the loss's label fitting (class ids → the label tensor the step takes, e.g. smoothed
     one-hot targets), applied here in the background thread; None keeps the dataset's labels.
     mix: a `mix.Mixer` (mixup / cutmix / KNN-mixup of the fitted targets), after the image ops.
+    policy: a `policy.Policy` (RandAugment / AutoAugment per image), after crop/flip and before
+    random erasing.
+    repeated: repeated augmentation (timm's RASampler, one process): epoch e's order is its
+    permutation with each index repeated `repeated` times in a row, cut to N, so a batch holds
+    that many independently augmented copies of an image and steps_per_epoch is unchanged.
     """
 
     def __init__(self, ds: Dataset, batch_size: int, *, seed: int, shuffle: bool = True,
                  augment: bool = False, random_erasing: float = 0.0, pad_crop: int = 4,
-                 prefetch: int = 2, labels=None, mix=None):
+                 prefetch: int = 2, labels=None, mix=None, policy=None, repeated: int = 1):
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if not 0.0 <= random_erasing <= 1.0:
@@ -74,18 +79,23 @@ class Batcher:
         self.pad_crop = pad_crop
         self.labels = labels
         self.mix = mix
+        self.policy = policy
+        if repeated < 1:
+            raise ValueError(f"repeated must be >= 1, got {repeated}")
+        self.repeated = repeated
         self.prefetch = max(1, prefetch)
         self.steps_per_epoch = n // batch_size
         self._order_cache: tuple[int, np.ndarray] | None = None
 
     def order(self, epoch: int) -> np.ndarray:
         """Example indices of epoch `epoch`, a function of (seed, epoch) only."""
-        if not self.shuffle:
-            return np.arange(len(self.ds.x_train))
         cached = self._order_cache
         if cached is not None and cached[0] == epoch:
             return cached[1]
-        perm = _rng(self.seed, _SHUFFLE, epoch).permutation(len(self.ds.x_train))
+        n = len(self.ds.x_train)
+        perm = _rng(self.seed, _SHUFFLE, epoch).permutation(n) if self.shuffle else np.arange(n)
+        if self.repeated > 1:
+            perm = np.repeat(perm, self.repeated)[:n]
         self._order_cache = (epoch, perm)
         return perm
 
@@ -110,6 +120,8 @@ class Batcher:
             x = aug.hflip(x, rng)
         elif crop:
             x = aug.center_crop(x, *crop)
+        if self.policy is not None:
+            x = self.policy(x, rng)
         if self.random_erasing > 0:
             x = aug.random_erasing(x, self.random_erasing, rng)
         return np.ascontiguousarray(x, dtype=np.float32)
