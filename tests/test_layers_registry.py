@@ -252,7 +252,10 @@ def test_seed_spellings_and_positional_lists():
 def test_lowering_kinds():
     lowered = {k for k, cls in LAYERS.items() if lowers(cls)}
     assert lowered == {"conv2d", "conv_bn", "max_pool", "global_avg_pool", "flatten", "dense", "residual_block",
-                       "bottleneck_block", "separable_conv", "inverted_residual", "uib", "unet_down"}
+                       "bottleneck_block", "separable_conv", "inverted_residual", "uib", "unet_down",
+                       # concat, slice, mul, broadcast
+                       "mb_conv", "mb_conv_v3", "fused_mb_conv", "fire_module", "dense_block", "inception_module",
+                       "nerf_mlp"}
 
 
 def test_mbconv_se_width_is_canonical():
