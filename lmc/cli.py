@@ -202,15 +202,15 @@ def _train_abi(net) -> dict | None:
 @app.command(cls=_Command)
 def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
-           function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward or all.")] = "all",
+           function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward, all, or input_grad (@input_grad and @forward, what lmc attack compiles).")] = "all",
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
            backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
            set: SetOpt = None) -> None:
     """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
     from .lower import lower
     with user_errors():
-        if function not in ("train_step", "forward", "all"):
-            raise LmcError(f"--function must be train_step, forward or all, got {function!r}")
+        if function not in ("train_step", "forward", "all", "input_grad"):
+            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
         from .compile import resolve_backend
         text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend))
     if output:
