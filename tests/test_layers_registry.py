@@ -257,8 +257,14 @@ def test_lowering_kinds():
                        "mb_conv", "mb_conv_v3", "fused_mb_conv", "fire_module", "dense_block", "inception_module",
                        "nerf_mlp",
                        # avg_pool, dilated_conv, channel_shuffle, upsample, leaky_relu
-                       "transition_layer", "aspp_module", "shuffle_block", "shuffle_v2_block", "darknet_block",
-                       "csp_block", "bilinear_upsample", "unet_up", "fpn_module"}
+                       "transition_layer", "aspp_module", "shuffle_block", "darknet_block",
+                       "csp_block", "bilinear_upsample", "unet_up", "fpn_module", "fpn_detect",
+                       # the transformer family (issue 10)
+                       "layer_norm", "lm_head", "spatial_flatten", "spatial_unflatten", "patch_merging",
+                       "conv_next_stem", "conv_next_stage", "conv_next_downsample", "structure_module",
+                       # lower once both families landed
+                       "shuffle_v2_block", "detr_heads", "patch_embed", "transformer_decoder", "token_position_embed",
+                       "transformer_encoder", "mobile_vit_block"}
 
 
 def test_mbconv_se_width_is_canonical():

@@ -1,6 +1,5 @@
 """Feature-pyramid kinds: fpn_module (Mask R-CNN FPN neck) and fpn_detect (the reference's
-multi-scale anchor detection head).  Built from primitives, including the declared upsample,
-concat and channel_matmul, so they do not lower until those have templates.
+multi-scale anchor detection head), built from conv, channel_matmul, upsample, add and concat.
 
 Both read the outputs of the last ResNet stages (residual_block / bottleneck_block layers,
 C2..C5 at strides 4, 8, 16, 32) and must come right after the last one, so their input is C5.
@@ -110,8 +109,12 @@ class FpnDetect(Layer):
     a: int
     tower: int
     zero_ok: ClassVar = frozenset({"tower"})
-    examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), TensorType((2, 5, 2, 2))),
+    examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=1, a=1, tower=1), TensorType((2, 5, 1, 1))),
                           (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((1, 4, 1, 1)))]
+
+    @classmethod
+    def net_before(cls, fields, x):
+        return _resnet_before([fields[c] for c in ("c3", "c4", "c5")], x)
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.c5, "c5")

@@ -55,15 +55,28 @@ class Concat(Prim):
 
 @primitive("transpose")
 class Transpose(Prim):
-    """y = x with its axes permuted: y.dims[i] = x.dims[perm[i]]."""
+    """y = x with its axes permuted: y.dims[i] = x.dims[perm[i]].  Saves nothing.
+    bwd: dx = dy permuted back by the inverse permutation."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(perm=(0, 2, 3, 1)), [TensorType((2, 3, 4, 5))], []),
+                (dict(perm=(0, 2, 1, 3)), [TensorType((2, 3, 4, 2))], []),
+                (dict(perm=(0, 2, 1)), [TensorType((2, 3, 4))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
         if sorted(self.perm) != list(range(x.rank)):
             raise ShapeError(f"permutation {list(self.perm)} does not fit {x.shape_str()}")
         return TensorType(tuple(x.dims[p] for p in self.perm)), 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        inv = [0] * len(self.perm)
+        for i, p in enumerate(self.perm):
+            inv[p] = i
+        return {"perm": list(self.perm), "inv": inv}
 
     @staticmethod
     def reference(xp, x, perm):
@@ -136,15 +149,20 @@ class Upsample(Prim):
 
 @primitive("scale")
 class Scale(Prim):
-    """y = x · s broadcast along dim 1 (a per-channel scale, e.g. ConvNeXt's LayerScale)."""
+    """y = x · s broadcast along dim 1 (a per-channel scale, e.g. ConvNeXt's LayerScale).
+    Saves x.  bwd: dx = dy·s, ds = Σ_{all dims but 1} dy·x."""
     inputs = ("x",)
     params = ("s",)
+    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))])]
 
     def infer(self, ins, ps):
         (x,), (s,) = ins, ps
         if x.rank < 2 or s.dims != (x.dims[1],):
             raise ShapeError(f"scale of shape {s.shape_str()} does not match {x.shape_str()}")
         return x, x.size
+
+    def context(self, ins, ps, out):
+        return {"other_dims": [d for d in range(ins[0].rank) if d != 1]}
 
     @staticmethod
     def reference(xp, x, s):
@@ -153,9 +171,11 @@ class Scale(Prim):
 
 @primitive("channel_matmul")
 class ChannelMatmul(Prim):
-    """y[b, o, …] = Σ_c w[o, c]·x[b, c, …]: a 1×1 convolution whose weight is stored [O, C]."""
+    """y[b, o, …] = Σ_c w[o, c]·x[b, c, …]: a 1×1 convolution whose weight is stored [O, C].
+    Saves x.  bwd: dx[b, c, …] = Σ_o w[o, c]·dy[b, o, …], dw[o, c] = Σ_{b, …} dy[b, o, …]·x[b, c, …]."""
     inputs = ("x",)
     params = ("w",)
+    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((6, 3))]), ({}, [TensorType((3, 4))], [TensorType((2, 4))])]
 
     def infer(self, ins, ps):
         (x,), (w,) = ins, ps
@@ -163,6 +183,13 @@ class ChannelMatmul(Prim):
             raise ShapeError(f"a [{', '.join(map(str, w.dims))}] channel matmul does not fit {x.shape_str()}")
         out = TensorType((x.dims[0], w.dims[0]) + x.dims[2:])
         return out, 2 * out.size * w.dims[1]
+
+    def context(self, ins, ps, out):
+        (x,), (w,) = ins, ps
+        r = x.rank
+        last = (x.dims[0],) + x.dims[2:] + (w.dims[0],)     # dot_general's [B, …, O]
+        return {"yt": TensorType(last).mlir, "xt": TensorType(last[:-1] + (x.dims[1],)).mlir, "rest": [0] + list(range(2, r)),
+                "to_y": [0, r - 1] + list(range(1, r - 1)), "to_last": [0] + list(range(2, r)) + [1]}
 
     @staticmethod
     def reference(xp, x, w):
@@ -172,9 +199,13 @@ class ChannelMatmul(Prim):
 @primitive("linear")
 class Linear(Prim):
     """y = x·w (+ b) over the last axis: x [..., K], w [K, N], b [N] → [..., N]
-    (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted)."""
+    (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted).
+    Saves x.  bwd: dx = dy·wᵀ, dw = Σ_rows xᵀ·dy, db = Σ_rows dy."""
     inputs = ("x",)
     params = ("w", "b")
+    examples = [({}, [TensorType((2, 3, 4))], [TensorType((4, 5)), TensorType((5,))]),
+                ({}, [TensorType((2, 3, 4))], [TensorType((4, 5))]),
+                ({}, [TensorType((3, 4))], [TensorType((4, 2)), TensorType((2,))])]
 
     def infer(self, ins, ps):
         x, w = ins[0], ps[0]
@@ -183,6 +214,10 @@ class Linear(Prim):
         if len(ps) > 1 and ps[1].dims != (w.dims[1],):
             raise ShapeError(f"bias of shape {ps[1].shape_str()} does not match [{w.dims[1]}] outputs")
         return TensorType(x.dims[:-1] + (w.dims[1],)), 2 * (x.size // w.dims[0]) * w.dims[0] * w.dims[1]
+
+    def context(self, ins, ps, out):
+        r = ins[0].rank
+        return {"has_b": len(ps) > 1, "lead": list(range(r - 1)), "k_ax": r - 1}
 
     @staticmethod
     def reference(xp, x, w, b=None):
