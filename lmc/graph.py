@@ -69,6 +69,9 @@ class Graph:
         # spec layer index → its output value, so a layer can read an earlier layer's output
         # (U-Net skips, FPN taps); filled by `infer` after each layer
         self.layer_outputs: dict[int, Value] = {}
+        # (name, value) of the per-example stochastic-depth keep masks the host feeds the train
+        # step after x (keep_mask); @forward (eval) reads ones
+        self.keep: list[tuple[str, Value]] = []
 
     def input(self, t: TensorType) -> Value:
         self.x = self._value(t, None)
@@ -79,6 +82,14 @@ class Graph:
         (not inside a net, e.g. a unit test) reads where a net would give an earlier layer's
         output.  Never lowered."""
         return self._value(t, None)
+
+    def keep_mask(self, batch: int) -> Value:
+        """A stochastic-depth site's keep mask [B, 1, 1, 1]: per example 0 (the branch dropped)
+        or 1/keep_prob, drawn by the host (the driver owns the ramp); an extra argument of the
+        train step after x, in site order, and ones in @forward.  No gradient flows to it."""
+        v = self._value(TensorType((batch, 1, 1, 1)), None)
+        self.keep.append((f"{self.prefix}keep{len(self.keep)}", v))
+        return v
 
     def _value(self, t, node) -> Value:
         self._ids += 1

@@ -306,6 +306,9 @@ def _forward(net: TypedNet, em: _Emitter) -> str:
     args = [f"{pname[p.name]}: {p.type.mlir}" for p in g.params] + \
            [f"{sname[s.name]}: {s.type.mlir}" for s in g.state] + [f"%x: {net.input.mlir}"]
     val = {g.x.id: "%x"}
+    for i, (_, v) in enumerate(g.keep):          # eval: every stochastic-depth branch kept, unscaled
+        val[v.id] = f"%k{i}"
+        em.lines.append(f"    %k{i} = stablehlo.constant dense<1.0> : {v.type.mlir}")
     for node in g.nodes:
         r = _rendered(em, node)
         ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(pname[p.name], p.type.mlir) for p in node.params]
@@ -380,6 +383,7 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
     the network input are appended to it (else the first layers' dx are dropped)."""
     g = net.graph
     val = {g.x.id: "%x"}
+    val.update({v.id: f"%k{i}" for i, (_, v) in enumerate(g.keep)})      # host keep masks (_keep_args)
     saved, stats = {}, {}
     for node in g.nodes:
         r = _rendered(em, node)
@@ -473,10 +477,16 @@ def _rets_poe(a: Abi, new_p, new_o, new_e) -> list[tuple[str, str]]:
     return rets
 
 
+def _keep_args(net: TypedNet) -> list[str]:
+    """The stochastic-depth keep masks (Graph.keep_mask), after x: none unless the recipe's
+    drop_path > 0 puts sites in the graph."""
+    return [f"%k{i}: {v.type.mlir}" for i, (_, v) in enumerate(net.graph.keep)]
+
+
 def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "POES") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "POES") + [f"%x: {a.x.mlir}"] + _keep_args(net) + [f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
     new_p, new_o, new_e = _update(net, em, a, N, grads)
     rets = _rets_poe(a, new_p, new_o, new_e)
@@ -491,7 +501,7 @@ def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:
     computed in the walk but returned by no one (the compiler drops them)."""
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "PS") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "PS") + [f"%x: {a.x.mlir}"] + _keep_args(net) + [f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
     dxs: list[str] = []
     _, _, (loss, _) = _grads(net, em, a, N, dx=dxs)
     if not dxs:
@@ -506,7 +516,7 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     """One micro-batch: forward + backward, the gradient added into the accumulators G."""
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}"] + _keep_args(net) + [f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
     rets = []
     for p in a.params:

@@ -93,3 +93,61 @@ def test_unet_up_pairs_skips_on_a_resnet34_contracting_path():
         up, s = cat.inputs
         assert up.node.prim.name == "upsample" and s is skip, f"layer {layer} paired with the wrong skip"
     assert net.output.type.dims == (2, 3, 32, 32)           # the stem's stride is not undone
+
+
+def _drop_path_net(drop_path: float):
+    text = ("name: sd\ninput: {channels: 2, height: 4, width: 4}\nlayers:\n"
+            "  - conv_bn: {ic: 2, oc: 4, k_size: 3}\n"
+            "  - residual_block: {ic: 4, oc: 4, n_blocks: 1}\n"
+            "  - mb_conv: {ic: 4, oc: 4, expand: 2, k_size: 3, stride: 1, n_blocks: 2, use_se: true}\n"
+            "  - fused_mb_conv: {ic: 4, oc: 4, expand: 2, k_size: 3, stride: 1, n_blocks: 1, use_se: false}\n"
+            "  - mb_conv_v3: {ic: 4, oc: 4, expand_ch: 8, k_size: 3, stride: 1, use_se: true}\n"
+            "  - global_avg_pool\n  - dense: {fan_in: 4, fan_out: 3}\n"
+            f"train: {{batch_size: 2, epochs: 1, learning_rate: 0.1, momentum: 0.9, drop_path: {drop_path}}}\n")
+    return infer(load_spec("sd.yaml", text=text))
+
+
+def test_stochastic_depth_sites_exist_only_with_drop_path():
+    # one site per residual join of residual_block, mb_conv, fused_mb_conv (not mb_conv_v3:
+    # MobileNetV3 has no stochastic depth); no site, no extra argument, without drop_path
+    from lmc.lower import lower
+    on, off = _drop_path_net(0.2), _drop_path_net(0.0)
+    assert [n for n, _ in on.graph.keep] == ["01.residual_block.keep0", "02.mb_conv.keep1", "02.mb_conv.keep2",
+                                             "03.fused_mb_conv.keep3"]
+    assert off.graph.keep == []
+    text = lower(on, "all")
+    assert "%k3: tensor<2x1x1x1xf32>" in text.split("func.func @train_step")[1].split("\n")[0]
+    assert "%k0 = stablehlo.constant dense<1.0> : tensor<2x1x1x1xf32>" in text.split("func.func @forward")[1]
+    assert lower(off, "all").count("%k0") == 0
+
+
+@pytest.mark.iree
+def test_all_ones_keep_masks_are_the_identity():
+    # the train step with sites and keep = 1 everywhere gives bit for bit what the net without
+    # sites gives; a dropped branch (keep = 0 for one example) changes it
+    from lmc.compile import compile_module
+    from lmc.init import init_tensors
+    from lmc.lower import abi, lower
+    from lmc.runtime import Module
+    on, off = _drop_path_net(0.2), _drop_path_net(0.0)
+    P, S = init_tensors(off, 0)
+    a = abi(off)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 2, 4, 4)).astype(np.float32)
+    y = np.array([0, 2], np.int32)
+    hp = a.hp_vector(off.spec.train, 0.1, 1)
+
+    mods = {id(n): Module(compile_module(lower(n, "train_step")).path, driver="local-sync") for n in (on, off)}
+
+    def step(net, *keep):
+        out = mods[id(net)].train_step(*P, *a.initial_opt(), *S, x, *keep, y, hp)
+        return [np.asarray(r).copy() for r in out]
+
+    ones = [np.ones((2, 1, 1, 1), np.float32)] * len(on.graph.keep)
+    want = step(off)
+    got = step(on, *ones)
+    assert len(got) == len(want)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_array_equal(g_, w_)
+    dropped = [np.array([1.0, 0.0], np.float32).reshape(2, 1, 1, 1)] + ones[1:]
+    assert not np.array_equal(step(on, *dropped)[-2], want[-2])          # the loss moves

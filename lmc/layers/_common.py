@@ -46,6 +46,17 @@ def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False, bias_flops=
     return y
 
 
+def drop_path(g, h, net):
+    """A stochastic-depth site on a residual branch h: h · keep[b] with keep the host's
+    per-example mask [B, 1, 1, 1] (Graph.keep_mask; 0 or 1/keep_prob) — only when the recipe's
+    drop_path > 0, else h itself (no site, no extra train-step argument).  An all-ones mask is
+    the exact identity (× 1.0)."""
+    cfg = getattr(net, "train", None)
+    if cfg is None or not cfg.drop_path:
+        return h
+    return g.op("mul", h, g.keep_mask(h.type.dims[0]), flops=0)
+
+
 def bn(g, x, name, flops=None):
     c = x.type.dims[1]
     gamma = g.param(f"{name}gamma", (c,), "ones")
