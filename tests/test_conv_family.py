@@ -151,3 +151,39 @@ def test_all_ones_keep_masks_are_the_identity():
         np.testing.assert_array_equal(g_, w_)
     dropped = [np.array([1.0, 0.0], np.float32).reshape(2, 1, 1, 1)] + ones[1:]
     assert not np.array_equal(step(on, *dropped)[-2], want[-2])          # the loss moves
+
+
+EVERY_PRIMITIVE = """
+name: conv-family
+input: {channels: 3, height: 16, width: 16}
+layers:
+  - conv_bn: {ic: 3, oc: 8, k_size: 3}
+  - mb_conv: {ic: 8, oc: 8, expand: 2, k_size: 3, stride: 1, n_blocks: 1, use_se: true}
+  - fire_module: {ic: 8, squeeze: 4, expand1x1: 4, expand3x3: 4}
+  - inception_module: {ic: 8, b1out: 2, b2reduce: 2, b2out: 2, b3reduce: 2, b3out: 2, b4out: 2}
+  - shuffle_v2_block: {ic: 8, oc: 8, n_units: 2}
+  - shuffle_block: {ic: 8, oc: 16, groups: 2, n_units: 2}
+  - darknet_block: {channels: 16, n_blocks: 1}
+  - aspp_module: {ic: 16, oc: 8}
+  - transition_layer: {ic: 8, oc: 8}
+  - bilinear_upsample: {scale: 2}
+  - global_avg_pool
+  - dense: {fan_in: 8, fan_out: 10}
+train: {batch_size: 4, epochs: 1, learning_rate: 0.01, use_adam: true}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.iree
+@pytest.mark.parametrize("backend,chip", [("cuda", "sm_86"), ("rocm", "gfx1100")])
+def test_every_conv_family_primitive_cross_compiles(tmp_path, backend, chip):
+    # concat, slice, mul, broadcast, avg_pool (tiled and general), grouped and dilated conv,
+    # channel_shuffle, upsample, leaky_relu, max_pool with a pad: the train step and forward
+    from lmc.compile import compile_module
+    from lmc.lower import lower
+    net = infer(load_spec("f.yaml", text=EVERY_PRIMITIVE))
+    used = {n.prim.name for n in net.graph.nodes}
+    assert {"concat", "slice", "mul", "broadcast", "avg_pool", "dilated_conv", "channel_shuffle", "upsample",
+            "leaky_relu", "max_pool"} <= used
+    c = compile_module(lower(net), tmp_path / f"f.{backend}.vmfb", backend=backend, chip=chip)
+    assert c.path.stat().st_size > 1000
