@@ -42,7 +42,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
+_UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "use_mixup", "use_cutmix",
                 "use_knn_mixup", "use_rand_augment", "use_auto_augment", "repeated_aug", "train_res",
                 "test_crop_ratio", "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init",

@@ -94,9 +94,14 @@ class Loss:
     rank_hint: ClassVar[str | None] = "end the net with global_avg_pool or flatten, then dense"
     # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])]
     examples: ClassVar[list] = []
+    # the template's `correct` is a count of right predictions (False: a regression, always 0)
+    counts_correct: ClassVar[bool] = True
     # the oracle's net for the loss × optimizer grid, (layers, input dims) before the head
     # (None: the optimizer's grid net)
     oracle_net: ClassVar[tuple | None] = None
+    # the oracle's default run crosses this loss's first example with every optimizer (the
+    # classifier losses); other loss cases meet one optimizer each, the rest under -m slow
+    oracle_grid: ClassVar[bool] = False
 
     @staticmethod
     def oracle_head(out: TensorType, nc: int) -> list | None:
@@ -105,8 +110,10 @@ class Loss:
         head = [("flatten", {})] if out.rank == 4 else []
         return head + [("dense", {"fan_in": out.size // out.dims[0], "fan_out": nc})]
 
-    def __init__(self, kind):
+    def __init__(self, kind, cfg=None):
         self.kind = kind              # the config.LossKind (carries the parameter values)
+        self.cfg = cfg                # the recipe (TrainConfig) it is lowered for, where known:
+                                      # structural switches of the loss (use_focal) are read here
 
     @classmethod
     def parse_params(cls, args: dict, where: str) -> tuple:
@@ -229,14 +236,15 @@ def loss_class(name: str) -> type:
     return losses[name]
 
 
-def loss_for(kind) -> Loss:
+def loss_for(kind, cfg=None) -> Loss:
     """The declared loss for a config.LossKind (lowered or not: for the recipe rules)."""
-    return loss_class(kind.kind)(kind)
+    return loss_class(kind.kind)(kind, cfg)
 
 
-def make_loss(kind) -> Loss:
-    """The lowered loss for a config.LossKind, or a clear refusal."""
-    loss = loss_for(kind)
+def make_loss(kind, cfg=None) -> Loss:
+    """The lowered loss for a config.LossKind (for the recipe `cfg`, whose structural switches
+    such as use_focal shape the template), or a clear refusal."""
+    loss = loss_for(kind, cfg)
     if not loss.lowered:
         raise NotImplementedKind(f"not implemented yet: loss {kind}",
                                  hint=f"lowered losses: {', '.join(sorted(lowered_losses()))}")
