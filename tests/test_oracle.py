@@ -111,6 +111,9 @@ def _layer_yaml(kind: str, fields: dict) -> str:
 def _input_yaml(dims) -> str:
     if len(dims) == 2:
         return f"{{features: {dims[1]}}}"
+    if len(dims) == 3:             # tokens [B, N, D]: an image [B, D, N, 1] through spatial_flatten
+        _, n, d = dims
+        return f"{{channels: {d}, height: {n}, width: 1}}"
     _, c, h, w = dims
     return f"{{channels: {c}, height: {h}, width: {w}}}"
 
@@ -122,6 +125,8 @@ def _train_yaml(batch: int, fields: dict) -> str:
 
 def _body_out(layers, x_dims, style):
     head = f"name: oracle\ninput: {_input_yaml(x_dims)}\nconv_pad_style: {style}\nlayers:\n"
+    if len(x_dims) == 3:
+        layers = [("spatial_flatten", {})] + list(layers)
     body = "\n".join(_layer_yaml(k, f) for k, f in layers) + "\n"
     return head + body, infer(load_spec("oracle.yaml", text=head + body)).output.type
 
@@ -341,7 +346,10 @@ def _init(net, rng):
 
 
 def _batch(net, a, rng):
-    x = rng.standard_normal(net.input.dims).astype(np.float32)
+    # a first layer that reads something other than real values (token ids) draws its input
+    first = net.spec.layers[0].layer
+    draw = getattr(first, "draw_input", None)
+    x = draw(rng, net.input) if draw else rng.standard_normal(net.input.dims).astype(np.float32)
     return x, a.loss.draw_labels(rng, a.labels, a.logits)
 
 

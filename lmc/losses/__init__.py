@@ -107,7 +107,7 @@ class Loss:
     def oracle_head(out: TensorType, nc: int) -> list | None:
         """The layers the oracle appends to a body of output `out` so the net ends as this loss
         needs, with `nc` classes (None: this loss cannot follow such a body): flatten, dense."""
-        head = [("flatten", {})] if out.rank == 4 else []
+        head = [("flatten", {})] if out.rank > 2 else []
         return head + [("dense", {"fan_in": out.size // out.dims[0], "fan_out": nc})]
 
     def __init__(self, kind, cfg=None):
