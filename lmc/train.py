@@ -107,7 +107,7 @@ def refusals(net) -> list[LmcError]:
 
 def load_data(net, data: Path | None, seed: int):
     """The spec's dataset (or --data), fitted to the net's input and head."""
-    from .data import load_dataset
+    from .data import EMBEDDED, load_dataset
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
     if data is not None and Path(data).suffix == ".npz":
@@ -115,9 +115,12 @@ def load_data(net, data: Path | None, seed: int):
     if kind is None:
         raise DataError(f"{net.spec.file}: the spec names no dataset",
                         hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
-    if path is None and kind not in ("digits", "synthetic"):
+    if path is None and kind not in EMBEDDED:
         path = Path("data") / kind
-    return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed)
+    classes = net.num_classes
+    if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
+        classes = net.output.type.dims[1]
+    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed)
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -396,7 +399,7 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args)
+            r = evaluate(self.module, weights, self.S, *args, label_format=self.ds.label_format)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -419,7 +422,8 @@ class Trainer:
                 self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
             self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
-                               acc=correct / B, lr=lr, images_per_s=round(ips, 1))
+                               acc=correct / B if self.abi.loss.counts_correct else None, lr=lr,
+                               images_per_s=round(ips, 1))
             self.ep_loss += loss
             self.ep_correct += correct
             self.ep_n += 1
@@ -575,11 +579,13 @@ class Trainer:
             self.epoch, self.batch = e + 1, 0
             mean = self.ep_loss / max(self.ep_n, 1)
             acc = self.ep_correct / max(self.ep_n * net.batch, 1)
+            # a regression loss counts nothing (Loss.counts_correct): no accuracy to report
+            counts = self.abi.loss.counts_correct
             ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
-            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
+            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc if counts else None,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))
-            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, train acc {100 * acc:.2f}%, "
+            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, " + (f"train acc {100 * acc:.2f}%, " if counts else "") +
                     f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
@@ -651,6 +657,6 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if region == "swag":
         cfg = net.spec.train
         return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args)
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=ds.label_format)
     r.region = region
     return r

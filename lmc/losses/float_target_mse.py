@@ -17,6 +17,7 @@ class FloatTargetMSE(Loss):
     label_format = FLOAT
     logits_rank = None            # any output: the target has its shape
     counts_correct = False        # a regression: `correct` is 0
+    dataset_need = "has float targets and needs float_target_mse"
     # the grid runs it on an image-shaped output (a 1×1 conv head), as a denoiser's
     oracle_net = ([("conv2d", {"ic": 2, "oc": 3, "k_size": 3, "act": "relu"})], (2, 2, 4, 5))
     examples = [({"loss_kind": "float_target_mse"}, [("", {})])]
