@@ -108,9 +108,44 @@ class RegressionResult:
 
 def scorer(label_format: str, num_classes: int, regions: dict | None = None):
     """The result that scores labels of `label_format` (None: class ids, EvalResult's top-1)."""
-    from .losses import FLOAT, MASK
+    from .losses import FLOAT, MASK, MULTI_HOT
+    if label_format == MULTI_HOT:
+        return MultiHotResult()
     if label_format == MASK:
         return SegResult(num_classes, dict(regions or {}))
     if label_format == FLOAT:
         return RegressionResult()
     return None
+
+
+def eval_format(dataset_format: str, loss) -> str:
+    """What the validation labels are scored as: the dataset's format, except that float
+    targets [N, NC] consumed by a multi-hot loss are scored as multi-hot."""
+    from .losses import FLOAT
+    if dataset_format == FLOAT and loss is not None:
+        return loss.label_format
+    return dataset_format
+
+
+@dataclass
+class MultiHotResult:
+    """Multi-hot / soft targets [N, NC]: top-1 = rows whose arg-max logit holds the row's
+    largest target (the multi-hot loss template's `correct`), with its 95% Wilson interval."""
+    n: int = 0
+    top1: int = 0
+    region: str = "live"
+
+    def add(self, logits: np.ndarray, targets: np.ndarray) -> None:
+        top = np.argmax(logits, axis=1)
+        self.top1 += int((targets[np.arange(len(targets)), top] >= targets.max(axis=1)).sum())
+        self.n += len(targets)
+
+    def as_dict(self) -> dict:
+        from .evaluate import wilson95
+        lo, hi = wilson95(self.top1, self.n)
+        return {"n": self.n, "top1": self.top1 / self.n if self.n else None, "top1_lo": lo, "top1_hi": hi}
+
+    def describe(self) -> str:
+        if not self.n:
+            return "no validation examples"
+        return f"top-1 (a largest target) {100 * self.top1 / self.n:.2f}% ({self.top1}/{self.n})"

@@ -33,6 +33,7 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
+from .metrics import eval_format
 from .infer import check_recipe_fits
 from .init import init_tensors
 from .schedule import learning_rate, schedule_name
@@ -218,6 +219,7 @@ class Trainer:
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
         self.ds = load_data(net, opts.data, cfg.seed)
+        self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
@@ -399,7 +401,7 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args, label_format=self.ds.label_format)
+            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss))
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -657,6 +659,11 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if region == "swag":
         cfg = net.spec.train
         return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=ds.label_format)
+    try:                                   # the recipe's loss decides how float targets are scored
+        from .lower import abi
+        eloss = abi(net).loss if net.spec.train is not None else None
+    except LmcError:
+        eloss = None
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss))
     r.region = region
     return r

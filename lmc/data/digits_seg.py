@@ -6,7 +6,7 @@ digits_seg:     32x32 canvases holding 1-3 digits, each scaled 1.5-2.5x (12-20 p
                 [0, 1], y [N, 32, 32] int32: 0 background, 1 + d where digit d's scaled
                 intensity is >= INK (11 classes).
 digits_denoise: the embedded digits upscaled to 16x16; x = clean + N(0, NOISE²) noise, clipped
-                to [0, 1]; y = the clean image, float32 [N, 1, 16, 16] (float_target_mse).
+                to [0, 1]; y = the clean image, float32 [N, 1, 16, 16] (a float regression target).
 
 Train canvases use only the digits of the embedded train split and validation canvases only
 the test split (digits.load's fixed holdout), so no digit image is seen on both sides."""

@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..errors import NotImplementedKind, SpecError
+from ..errors import DataError, NotImplementedKind, SpecError
 from ..fields import coerce, show
 from ..registry import discover, registrar
 from ..render import TEMPLATES
@@ -187,6 +187,27 @@ class Loss:
     def fit_labels(self, y: np.ndarray, num_classes: int, cfg) -> np.ndarray:
         """Labels as the data pipeline delivers them (int class ids [N]) → this loss's labels."""
         raise NotImplementedError
+
+    def check_data(self, ds, labels: TensorType, fit) -> None:
+        """Refuse a dataset whose labels, fitted (`fit`), are not the step's label tensor
+        `labels` per example (e.g. masks at another resolution than the logits), or whose images
+        the batcher would augment without moving labels that live in image space."""
+        cfg = self.cfg
+        if ds.label_format != CLASS and cfg is not None:
+            on = [f for f in ("augment", "random_erasing", "use_rand_augment", "use_auto_augment") if getattr(cfg, f)]
+            if on:
+                raise NotImplementedKind(f"not implemented yet: train.{on[0]} with {ds.label_format} labels "
+                                         f"(the image would move and its labels would not)",
+                                         hint=f"turn train.{on[0]} off for this dataset")
+        if not len(ds.y_train):
+            return
+        got = fit(ds.y_train[:1])
+        if tuple(got.shape[1:]) != labels.dims[1:]:
+            raise DataError(f"{ds.source('y_train')}: the labels are {ds.label_format} of shape "
+                            f"{list(ds.y_train.shape[1:])} per example, which loss {self.kind} takes as "
+                            f"{list(got.shape[1:])}, but the net's train step needs {list(labels.dims[1:])}",
+                            hint="make the net's output match the labels (e.g. per-pixel logits at the masks' "
+                                 "resolution), or use other data")
 
     def draw_labels(self, rng, labels: TensorType, logits: TensorType) -> np.ndarray:
         """Random labels of the right kind (tests, benchmarks)."""
