@@ -311,11 +311,17 @@ def eval_cmd(spec: SpecArg,
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region)
+        if dump_correct is not None and not hasattr(r, "correct"):
+            raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
+                           f"(this spec's labels) does not have")
         if dump_correct is not None:
             from .trust.stats import save_bitmap
             save_bitmap(dump_correct, r.correct())
             err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
-    if as_json:
+    from .evaluate import EvalResult
+    if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/metrics.py)
+        print(json.dumps({**r.as_dict(), "region": r.region}))
+    elif as_json:
         d = r.as_dict()
         d.update(correct=r.top1, top1_ci=[d["top1_lo"], d["top1_hi"]], region=r.region)
         if r.top5 is not None:

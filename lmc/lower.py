@@ -109,7 +109,7 @@ def abi(net: TypedNet) -> Abi:
         return Abi(net.params, [], [], net.state, net.input, out, out)
     kind = effective_loss(cfg, net.spec.dataset)
     try:
-        loss = make_loss(kind)
+        loss = make_loss(kind, cfg)
     except NotImplementedKind as e:
         raise e.located(net.spec.loc("train", "loss_kind"))
     refused = loss.refused(cfg)

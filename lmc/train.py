@@ -33,6 +33,7 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
+from .metrics import eval_format
 from .infer import check_recipe_fits
 from .init import apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
@@ -42,7 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
+_UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
                 "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
@@ -110,7 +111,7 @@ def refusals(net) -> list[LmcError]:
 def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
     """The spec's dataset (or --data), fitted to the net's input and head (`stream`: decode
     image folders per batch; None: the loader decides by size)."""
-    from .data import load_dataset
+    from .data import EMBEDDED, load_dataset
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
     if data is not None and Path(data).suffix == ".npz":
@@ -118,9 +119,12 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
     if kind is None:
         raise DataError(f"{net.spec.file}: the spec names no dataset",
                         hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
-    if path is None and kind not in ("digits", "synthetic"):
+    if path is None and kind not in EMBEDDED:
         path = Path("data") / kind
-    return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed, stream=stream)
+    classes = net.num_classes
+    if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
+        classes = net.output.type.dims[1]
+    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream)
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -229,6 +233,7 @@ class Trainer:
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
         self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
+        self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
@@ -411,7 +416,7 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args)
+            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss))
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -434,7 +439,8 @@ class Trainer:
                 self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
             self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
-                               acc=correct / B, lr=lr, images_per_s=round(ips, 1))
+                               acc=correct / B if self.abi.loss.counts_correct else None, lr=lr,
+                               images_per_s=round(ips, 1))
             self.ep_loss += loss
             self.ep_correct += correct
             self.ep_n += 1
@@ -590,11 +596,13 @@ class Trainer:
             self.epoch, self.batch = e + 1, 0
             mean = self.ep_loss / max(self.ep_n, 1)
             acc = self.ep_correct / max(self.ep_n * net.batch, 1)
+            # a regression loss counts nothing (Loss.counts_correct): no accuracy to report
+            counts = self.abi.loss.counts_correct
             ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
-            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
+            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc if counts else None,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))
-            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, train acc {100 * acc:.2f}%, "
+            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, " + (f"train acc {100 * acc:.2f}%, " if counts else "") +
                     f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
@@ -666,6 +674,11 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if region == "swag":
         cfg = net.spec.train
         return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args)
+    try:                                   # the recipe's loss decides how float targets are scored
+        from .lower import abi
+        eloss = abi(net).loss if net.spec.train is not None else None
+    except LmcError:
+        eloss = None
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss))
     r.region = region
     return r

@@ -14,14 +14,18 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from lmc.data import cifar10, digits, imagenette, mnist, npz, synthetic
+import numpy as np
+
+from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, synthetic
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
 from lmc.errors import DataError
 
-__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED"]
+__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
 
-KINDS = ("mnist", "cifar10", "imagenette", "imagenet", "npz", "synthetic", "digits")
+KINDS = ("mnist", "cifar10", "imagenette", "imagenet", "npz", "synthetic", "digits", "digits_seg", "digits_denoise")
+# Kinds built in memory, needing no files (digits_seg/digits_denoise: lmc/data/digits_seg.py).
+EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise")
 # Kinds the reference knows (training.md §4) that lmc does not load yet.
 UNSUPPORTED = ("pets", "pets_det", "brats", "brats224")
 
@@ -46,8 +50,9 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     if ds.train_crop is None:
         ds.x_train = fit_shape(ds.x_train, input_shape, ds.source("x_train"))
     ds.x_val = fit_shape(ds.x_val, input_shape, ds.source("x_val"))
-    check_labels(ds.y_train, num_classes, ds.source("y_train"))
-    check_labels(ds.y_val, num_classes, ds.source("y_val"))
+    if np.issubdtype(ds.y_train.dtype, np.integer):       # class ids (per example or pixel)
+        check_labels(ds.y_train, num_classes, ds.source("y_train"))
+        check_labels(ds.y_val, num_classes, ds.source("y_val"))
     if num_classes is not None:
         ds.num_classes = num_classes
     return ds
@@ -69,6 +74,10 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> D
         raise DataError(f"dataset kind {kind} takes no options (got {', '.join(sorted(options))})")
     if kind == "digits":
         return digits.load()
+    if kind == "digits_seg":
+        return digits_seg.load_seg()
+    if kind == "digits_denoise":
+        return digits_seg.load_denoise()
     if path is None:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "
