@@ -27,6 +27,7 @@ class DatasetKind(Choice):
     digits = "digits"          # embedded default: scikit-learn's bundled 8x8 digits
     npz = "npz"                # user arrays x, y (optional x_val, y_val)
     synthetic = "synthetic"    # seeded random data of the spec's shapes
+    text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
 
 
 @dataclass(frozen=True, init=False)

@@ -7,21 +7,22 @@
 
 Kinds: mnist (IDX files), cifar10 (binary batches), imagenette (class-per-folder images),
 npz (one .npz file), synthetic (drawn from the seed), digits (scikit-learn's embedded 8x8
-digits, the default: never downloads).  One module per kind; pure numpy + Pillow.
+digits, the default: never downloads), text (a UTF-8 file as byte windows for a language
+model; without a path the embedded corpus of standard-library sources).  One module per kind; pure numpy + Pillow.
 """
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
 
-from lmc.data import cifar10, digits, imagenette, mnist, npz, synthetic
+from lmc.data import cifar10, digits, imagenette, mnist, npz, synthetic, text
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
 from lmc.errors import DataError
 
 __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED"]
 
-KINDS = ("mnist", "cifar10", "imagenette", "npz", "synthetic", "digits")
+KINDS = ("mnist", "cifar10", "imagenette", "npz", "synthetic", "digits", "text")
 # Kinds the reference knows (training.md §4) that lmc does not load yet.
 UNSUPPORTED = ("pets", "imagenet", "pets_det", "brats", "brats224")
 
@@ -65,6 +66,8 @@ def _load(kind, path, input_shape, num_classes, seed, options) -> Dataset:
         raise DataError(f"dataset kind {kind} takes no options (got {', '.join(sorted(options))})")
     if kind == "digits":
         return digits.load()
+    if kind == "text":           # a path, or the embedded corpus without one
+        return text.load(Path(path).expanduser() if path is not None else None, input_shape)
     if path is None:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "

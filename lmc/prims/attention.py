@@ -189,3 +189,53 @@ class Embedding(Prim):
         # ids rounded to the nearest integer and clamped to the table (the template's order)
         idx = xp.clip(xp.floor(ids + 0.5), 0, table.shape[0] - 1).astype(np.int32)
         return table[idx]
+
+
+@primitive("flash_attn")
+class FlashAttn(Prim):
+    """Fused attention in its memory-saving form: o = softmax(scale·q·kᵀ (causal: keys after the
+    query masked))·v per head, q [B, H, Nq, dh], k, v [B, H, Nk, dh] → [B, H, Nq, dh].  The keys
+    are processed in blocks of `block` with an online softmax (running max m and sum l), so no
+    [Nq, Nk] probability matrix is kept: fwd saves q, k, v, o and the row logsumexp
+    lse = m + log l [B, H, Nq]; bwd recomputes each block's probabilities p = exp(s − lse).
+    bwd: D = Σ_d do·o;  per block dv = pᵀ·do, ds = p·(do·vᵀ − D), dq += scale·ds·k, dk = scale·dsᵀ·q.
+    FLOPs 4·B·H·Nq·Nk·dh + 5·B·H·Nq·Nk (as the composed matmul, softmax, matmul)."""
+    inputs = ("q", "k", "v")
+    params = ()
+    n_inputs = 3
+    examples = [(dict(scale=0.5, causal=False, block=2), [TensorType((2, 2, 3, 4))] + [TensorType((2, 2, 5, 4))] * 2, []),
+                (dict(scale=0.6, causal=True, block=2), [TensorType((1, 2, 5, 4))] * 3, []),
+                (dict(scale=0.4, causal=True, block=8), [TensorType((2, 1, 4, 2))] * 3, [])]
+
+    def infer(self, ins, ps):
+        q, k, v = ins
+        if q.rank != 4 or k.dims != v.dims or k.rank != 4 or q.dims[:2] != k.dims[:2] or q.dims[3] != k.dims[3]:
+            raise ShapeError(f"attention needs q [B, H, Nq, dh] and k, v [B, H, Nk, dh], got "
+                             f"{q.shape_str()}, {k.shape_str()}, {v.shape_str()}")
+        if self.causal and q.dims[2] != k.dims[2]:
+            raise ShapeError(f"a causal mask needs as many queries as keys, got {q.dims[2]} and {k.dims[2]}")
+        b, h, nq, dh = q.dims
+        nk = k.dims[2]
+        return q, 4 * b * h * nq * nk * dh + 5 * b * h * nq * nk
+
+    def saved(self, ins, ps, out):
+        q, k, v = ins
+        return [q, k, v, out, TensorType(q.dims[:3])]
+
+    def context(self, ins, ps, out):
+        q, k, _ = ins
+        b, h, nq, dh = q.dims
+        nk = k.dims[2]
+        blocks = []
+        for j, s in enumerate(range(0, nk, self.block)):
+            n = min(self.block, nk - s)
+            blocks.append({"j": j, "start": s, "kb": TensorType((b, h, n, dh)).mlir,
+                           "sb": TensorType((b, h, nq, n)).mlir, "si": TensorType((b, h, nq, n), "i32").mlir,
+                           "sm": TensorType((b, h, nq, n), "i1").mlir,
+                           "sl": f"0:{b}, 0:{h}, {s}:{s + n}, 0:{dh}"})
+        return {"blocks": blocks, "r": TensorType((b, h, nq)).mlir, "scale_c": flt(self.scale)}
+
+    @staticmethod
+    def reference(xp, q, k, v, scale, causal, block):
+        s = xp.matmul(q, xp.swapaxes(k, -1, -2))
+        return xp.matmul(Softmax.reference(xp, s, scale, causal), v)
