@@ -1,4 +1,5 @@
-"""Command line: `lmc validate | info | render | compile | train | eval | bench | plot | layers`.
+"""Command line: `lmc validate | info | render | compile | train | eval | bench | plot | layers`
+(and the trust tools `compare | attack | certify | lipschitz`, lmc/trust/commands.py).
 Commands are thin: parse options, call one pipeline function, print.  Artifacts go to stdout
 or -o; progress and errors to stderr.  Every LmcError exits with code 2."""
 from __future__ import annotations
@@ -201,15 +202,15 @@ def _train_abi(net) -> dict | None:
 @app.command(cls=_Command)
 def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
-           function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward or all.")] = "all",
+           function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward, all, or input_grad (@input_grad and @forward, what lmc attack compiles).")] = "all",
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
            backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
            set: SetOpt = None) -> None:
     """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
     from .lower import lower
     with user_errors():
-        if function not in ("train_step", "forward", "all"):
-            raise LmcError(f"--function must be train_step, forward or all, got {function!r}")
+        if function not in ("train_step", "forward", "all", "input_grad"):
+            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
         from .compile import resolve_backend
         text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend))
     if output:
@@ -297,15 +298,26 @@ def eval_cmd(spec: SpecArg,
              batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
              region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
+             dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
     from .train import evaluate_checkpoint
     with user_errors():
+        if dump_correct is not None and dump_correct.suffix != ".npy":
+            raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region)
+        if dump_correct is not None:
+            from .trust.stats import save_bitmap
+            save_bitmap(dump_correct, r.correct())
+            err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
     if as_json:
-        print(json.dumps({**r.as_dict(), "region": r.region}))
+        d = r.as_dict()
+        d.update(correct=r.top1, top1_ci=[d["top1_lo"], d["top1_hi"]], region=r.region)
+        if r.top5 is not None:
+            d.update(top5_correct=r.top5, top5_ci=[d["top5_lo"], d["top5_hi"]])
+        print(json.dumps(d))
     else:
         console.print(r.describe(), markup=False, highlight=False)
 
@@ -383,6 +395,10 @@ def bench_cmd(spec: SpecArg,
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
+
+
+# the trust tools (lmc compare, attack, certify, lipschitz) register themselves on `app`
+__import__(f"{__package__}.trust.commands")
 
 
 def main():

@@ -4,7 +4,7 @@ has more than 5 classes) with a 95% Wilson interval."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,11 @@ class EvalResult:
     top1: int
     top5: int | None = None      # None when the head has ≤ 5 classes
     region: str = "live"         # which weights were scored: live, ema, swa, swag
+    masks: list = field(default_factory=list, repr=False)   # per-batch top-1 correctness (correct_mask)
+
+    def correct(self) -> np.ndarray:
+        """The per-example top-1 correctness bitmap (uint8, validation order; sum = top1)."""
+        return np.concatenate(self.masks) if self.masks else np.zeros(0, np.uint8)
 
     def as_dict(self) -> dict:
         out = {"n": self.n, "top1": self.top1 / self.n if self.n else None}
@@ -63,9 +68,17 @@ class EvalResult:
         return s
 
 
+def correct_mask(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-row top-1 correctness as uint8 (argmax, the first maximal index wins: count_correct's
+    rule, so mask.sum() == count_correct(logits, labels, 1))."""
+    return (np.argmax(logits, axis=1) == labels.astype(np.int64)).astype(np.uint8)
+
+
 def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
     res.n += len(y)
-    res.top1 += count_correct(logits, y, 1)
+    m = correct_mask(logits, y)
+    res.top1 += int(m.sum())
+    res.masks.append(m)
     if res.top5 is not None:
         res.top5 += count_correct(logits, y, 5)
 

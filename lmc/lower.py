@@ -12,6 +12,9 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
+  @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
+@input_grad is the training graph (BN with batch statistics) carried down to the input: the
+loss of the batch and its gradient with respect to x, for attacks (lmc/trust/attack.py).
 The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
 read; everything a schedule may change is a runtime value, never baked into the text."""
 from __future__ import annotations
@@ -218,7 +221,7 @@ def unsupported(net: TypedNet, functions: str = "all") -> list:
                 f"to StableHLO, so lmc render, compile and train refuse it", l.loc,
                 hint="`lmc layers` lists the kinds that lower"))
     cfg = net.spec.train
-    if functions in ("all", "train_step") and cfg is not None:
+    if functions in ("all", "train_step", "input_grad") and cfg is not None:
         try:
             abi(net)               # asks the loss and optimizer registries; errors come located
         except NotImplementedKind as e:
@@ -234,7 +237,7 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
     @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
     backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
     `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS)."""
-    if functions in ("all", "train_step"):
+    if functions in ("all", "train_step", "input_grad"):
         check_recipe_fits(net)
     errs = unsupported(net, functions)
     if errs:
@@ -251,7 +254,11 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
             bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
         if net.spec.train.use_swa:
             bodies.append(_average(net, em, a))
-    if functions in ("all", "forward"):
+    if functions == "input_grad":
+        if net.spec.train is None:
+            raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
+        bodies.append(_input_grad(net, em, abi(net)))
+    if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em))
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit", "module @model {"]
     out += [em.funcs[k] for k in em.funcs]
@@ -367,9 +374,10 @@ def _template(em: _Emitter, path: str, kind: str, ctx: dict, what: str) -> str:
     return sym
 
 
-def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names):
+def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = None):
     """Forward, loss, reverse walk and running statistics.  Returns (grads: param name → SSA,
-    new state: state name → SSA, (loss, correct))."""
+    new state: state name → SSA, (loss, correct)); with `dx` a list, the cotangents reaching
+    the network input are appended to it (else the first layers' dx are dropped)."""
     g = net.graph
     val = {g.x.id: "%x"}
     saved, stats = {}, {}
@@ -401,8 +409,10 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names):
         outs = [v.type.mlir for v in node.inputs] + [p.type.mlir for p in node.params]
         res = em.call(r.bwd, args_b, outs, _loc(net, node.layer))
         for v, d in zip(node.inputs, res):
-            if v.node is not None:          # no gradient for the network input
+            if v.node is not None:
                 cot.setdefault(v.id, []).append(d)
+            elif dx is not None:            # the network input (the train step drops it)
+                dx.append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
     gsum = {p.name: (_sum(em, grads[p.name], p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
@@ -472,6 +482,20 @@ def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
     rets += [(loss, SCALAR), (correct, SCALAR)]
     return _func("train_step", args, em, rets)
+
+
+def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """The loss and its gradient with respect to the input x: the train step's forward, loss and
+    reverse walk, summed where x fans out; parameter gradients and running statistics are
+    computed in the walk but returned by no one (the compiler drops them)."""
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "PS") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    dxs: list[str] = []
+    _, _, (loss, _) = _grads(net, em, a, N, dx=dxs)
+    t = a.x.mlir
+    d = _sum(em, dxs, t) if dxs else _zeros(em, t)
+    return _func("input_grad", args, em, [(loss, SCALAR), (d, t)])
 
 
 def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:

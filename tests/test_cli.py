@@ -223,7 +223,7 @@ def test_render_function_forward():
 def test_render_errors():
     r = run("render", "--function", "backward", MLP)
     assert r.exit_code == 2
-    assert r.stderr.strip() == "error: --function must be train_step, forward or all, got 'backward'"
+    assert r.stderr.strip() == "error: --function must be train_step, forward, all or input_grad, got 'backward'"
     r = run("render", MLP)
     assert r.exit_code == 2
     assert r.stderr.strip() == f"error: {MLP}:5:5: rendering @train_step needs a `train:` recipe in the spec"

@@ -1,0 +1,81 @@
+"""@input_grad against JAX [iree, jax]: for every layer kind that lowers × its examples (the
+oracle's tiny classifiers, tests/test_oracle.py), the compiled loss and dL/dx must match
+jax.grad of the same loss of the primitives' float64 references (BN with batch statistics,
+as the train step), the losses rotating through the registry.  Default: a set of layer cases
+that together run every primitive's backward (greedy cover), one loss each; `-m slow` runs
+every loss on every case."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_oracle import F32_EPS, LAYER_CASES, LOSSES, _batch, _compare, _init, _module, classifier_yaml, jax_forward
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+from lmc.infer import infer  # noqa: E402
+from lmc.lower import abi, lower  # noqa: E402
+from lmc.spec import load_spec  # noqa: E402
+
+pytestmark = [pytest.mark.iree, pytest.mark.jax]
+RTOL = 1e-4      # |dx − dx_jax| over max|dx_jax|; the loss relative
+
+
+def _prims(layers, x, style) -> frozenset:
+    net = infer(load_spec("o.yaml", text=classifier_yaml(layers, x, style, {"learning_rate": 0.1})))
+    return frozenset(n.prim.name for n in net.graph.nodes)
+
+
+def _cover() -> set[int]:
+    """Indices of layer cases that together contain every primitive (greedy, first case wins ties)."""
+    prims = [_prims(layers, x, style) for _, layers, x, style in LAYER_CASES]
+    left, chosen = set().union(*prims), set()
+    while left:
+        i = max(range(len(prims)), key=lambda k: (len(prims[k] & left), -k))
+        chosen.add(i)
+        left -= prims[i]
+    return chosen
+
+
+def _cases():
+    losses = sorted(LOSSES)
+    default = _cover()
+    out = []
+    for i, (cid, layers, x, style) in enumerate(LAYER_CASES):
+        for j, loss in enumerate(losses):
+            marks = () if i in default and j == i % len(losses) else (pytest.mark.slow,)
+            out.append(pytest.param(layers, x, style, loss, id=f"{cid}-{loss}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("layers,x_dims,style,loss", _cases())
+def test_input_grad(layers, x_dims, style, loss):
+    lfields, variants = LOSSES[loss]
+    _, lo = variants[-1]
+    net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style,
+                                                              {"learning_rate": 0.1, **lfields, **lo})))
+    a = abi(net)
+    text = lower(net, "input_grad")
+    assert "func.func @input_grad" in text and "func.func @forward" in text and "@train_step" not in text
+    mod = _module(text)
+    rng = np.random.default_rng(1)
+    P, S = _init(net, rng)
+    x, labels = _batch(net, a, rng)
+    hp = a.hp_vector(net.spec.train, 0.0, 1)
+    loss_v, dx = (np.asarray(r) for r in mod.input_grad(*[P[p.name] for p in net.params],
+                                                        *[S[s.name] for s in net.state], x, labels, hp))
+    jhp = {h: jnp.float64(v) for h, v in zip(a.hp, hp)}
+    JP = {k: jnp.asarray(v, jnp.float64) for k, v in P.items()}
+
+    def f(xx):
+        logits, _ = jax_forward(net, JP, xx)
+        return a.loss.reference(jnp, logits, jnp.asarray(labels), **{h: jhp[h] for h in a.loss.hp})
+
+    jl, jdx = jax.value_and_grad(f)(jnp.asarray(x, jnp.float64))
+    jdx = np.asarray(jdx)
+    assert float(np.max(np.abs(jdx))) > 0, "the reference gradient is zero: the check would be vacuous"
+    failures: list[str] = []
+    _compare("loss", loss_v, jl, RTOL * abs(float(jl)), failures)
+    _compare("dx", dx, jdx, RTOL * float(np.max(np.abs(jdx))) + 4 * F32_EPS * float(np.max(np.abs(jdx))), failures)
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,133 @@
+"""The trust tools (docs/trust.md): statistics against independent closed forms, `lmc compare`
+and `lmc eval --dump-correct/--json` through the CLI, and [iree] `lmc eval` on a run's
+checkpoint equal to the run's own last eval record."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from lmc.cli import app
+from lmc.trust.stats import clopper_pearson_lower, mcnemar
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "specs" / "digits_mlp.yaml"
+
+
+def run(*args):
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert "Traceback" not in r.output
+    return r
+
+
+def bitmaps(b: int, c: int, both: int, neither: int):
+    a = np.array([1] * b + [0] * c + [1] * both + [0] * neither, np.uint8)
+    bb = np.array([0] * b + [1] * c + [1] * both + [0] * neither, np.uint8)
+    return a, bb
+
+
+# ------------------------------------------------------------------ statistics
+
+def _binom_two_sided(b: int, d: int) -> float:
+    """Exact two-sided binomial p at ½ (symmetric: twice the smaller tail, capped at 1)."""
+    k = min(b, d - b)
+    return min(1.0, 2 * sum(math.comb(d, i) for i in range(k + 1)) / 2 ** d)
+
+
+@pytest.mark.parametrize("b,c", [(10, 2), (2, 10), (7, 7), (0, 5), (30, 12), (1, 0)])
+def test_mcnemar_matches_closed_forms(b, c):
+    r = mcnemar(*bitmaps(b, c, both=40, neither=3))
+    assert (r.n, r.b, r.c, r.correct_a, r.correct_b) == (b + c + 43, b, c, b + 40, c + 40)
+    assert r.p_exact == pytest.approx(_binom_two_sided(b, b + c), rel=1e-9)
+    chi2 = max(abs(b - c) - 1, 0) ** 2 / (b + c)
+    assert r.chi2 == pytest.approx(chi2)
+    assert r.p_chi2 == pytest.approx(math.erfc(math.sqrt(chi2 / 2)), rel=1e-9)    # χ²(1) survival
+
+
+def test_mcnemar_known_value_and_no_discordant_pairs():
+    r = mcnemar(*bitmaps(10, 2, 0, 0))
+    assert r.p_exact == pytest.approx(158 / 4096)            # 2·(1 + 12 + 66)/2¹²
+    r = mcnemar(*bitmaps(0, 0, 5, 5))
+    assert (r.p_exact, r.p_chi2) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("k,n,alpha", [(95, 100, 0.001), (50, 100, 0.05), (3, 10, 0.01), (999, 1000, 0.001)])
+def test_clopper_pearson_lower_is_the_binomial_tail_root(k, n, alpha):
+    """The lower bound p solves P(Bin(n, p) ≥ k) = α (the tail computed here by summation)."""
+    p = clopper_pearson_lower(k, n, alpha)
+    tail = sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    assert 0 < p < k / n and tail == pytest.approx(alpha, rel=1e-6)
+
+
+def test_clopper_pearson_edges():
+    assert clopper_pearson_lower(0, 50, 0.01) == 0.0
+    assert clopper_pearson_lower(1000, 1000, 0.001) == pytest.approx(0.001 ** (1 / 1000))   # unanimous: α^(1/n)
+
+
+# ------------------------------------------------------------------ lmc compare
+
+def test_compare_cli_json_and_table(tmp_path):
+    a, b = bitmaps(10, 2, 40, 3)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    r = run("compare", tmp_path / "a.npy", tmp_path / "b.npy", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert {k: d[k] for k in ("n", "b", "c")} == {"n": 55, "b": 10, "c": 2}
+    assert d["acc_a"] == pytest.approx(50 / 55) and d["acc_b"] == pytest.approx(42 / 55)
+    assert d["p_exact"] == pytest.approx(158 / 4096) and 0 < d["p_chi2"] < 1
+    assert d["acc_a_ci"][0] < d["acc_a"] < d["acc_a_ci"][1]
+    r = run("compare", tmp_path / "a.npy", tmp_path / "b.npy")
+    assert r.exit_code == 0 and "b = 10" in r.stdout and "c = 2" in r.stdout
+
+
+def test_compare_refuses_bad_bitmaps(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones(10, np.uint8))
+    np.save(tmp_path / "short.npy", np.ones(9, np.uint8))
+    np.save(tmp_path / "odd.npy", np.full(10, 2, np.uint8))
+    np.save(tmp_path / "flat.npy", np.ones((2, 5), np.uint8))
+    for other, msg in (("short.npy", "different lengths (10 vs 9)"), ("odd.npy", "expected 0/1 entries"),
+                       ("flat.npy", "expected a non-empty 1-D bitmap"), ("none.npy", "no such bitmap file")):
+        r = run("compare", tmp_path / "a.npy", tmp_path / other)
+        assert r.exit_code == 2 and msg in r.stderr, (other, r.output)
+
+
+# ------------------------------------------------------------------ lmc eval on a run's checkpoint [iree]
+
+def _records(run_dir: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("sets", [[], ["--set", "train.use_ema=true", "--set", "train.ema_decay=0.9"]],
+                         ids=["live", "ema"])
+def test_eval_equals_the_runs_last_eval_record(tmp_path, sets):
+    """`lmc eval --region auto` on RUN/last.npz: the same n, correct count and interval as the
+    run's last eval record (same weights region, batching and denominator); the bitmap it dumps
+    sums to that count; `lmc compare` of the bitmap with itself finds no discordant pair."""
+    pytest.importorskip("iree.runtime")
+    out = tmp_path / "run"
+    r = run("train", MLP, "--epochs", 2, "--out", out, *sets)
+    assert r.exit_code == 0, r.output
+    ev = _records(out, "eval")[-1]
+    r = run("eval", MLP, "--init", out / "last.npz", "--json", "--dump-correct", tmp_path / "ok.npy", *sets)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["region"] == ev["region"] == ("ema" if sets else "live")
+    assert d["n"] == ev["n"] == 360
+    assert d["correct"] == round(ev["top1"] * ev["n"]) and d["top1"] == ev["top1"]
+    assert d["top1_ci"] == [ev["top1_lo"], ev["top1_hi"]] and d["top5"] == ev["top5"]
+    mask = np.load(tmp_path / "ok.npy")
+    assert mask.dtype == np.uint8 and mask.shape == (360,) and int(mask.sum()) == d["correct"]
+    r = run("compare", tmp_path / "ok.npy", tmp_path / "ok.npy", "--json")
+    assert json.loads(r.stdout)["b"] == 0
+
+
+def test_eval_dump_correct_wants_npy(tmp_path):
+    r = run("eval", MLP, "--init", tmp_path / "x.npz", "--dump-correct", tmp_path / "ok.txt")
+    assert r.exit_code == 2 and "expected a .npy file name" in r.stderr
