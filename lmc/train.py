@@ -44,7 +44,7 @@ METRICS = "metrics.jsonl"
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
+                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "dropout", "fpn_affine_scale", "fpn_affine_translate",
                 "fpn_affine_prob", "val_every_epochs")
 
 
@@ -115,7 +115,7 @@ def load_data(net, data: Path | None, seed: int):
     if kind is None:
         raise DataError(f"{net.spec.file}: the spec names no dataset",
                         hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
-    if path is None and kind not in ("digits", "synthetic"):
+    if path is None and kind not in ("digits", "synthetic", "text"):      # text: the embedded corpus
         path = Path("data") / kind
     return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed)
 

@@ -4,7 +4,8 @@ The text is encoded as bytes (vocabulary: the 256 byte values, so nothing needs 
 the run and any text round-trips) and cut into windows of seq_len + 1 bytes, one every seq_len
 bytes (consecutive windows share one byte, so every byte but the first is a target once):
 x = window[:-1] [N, seq_len] (token ids held in f32, the model's input), y = window[1:]
-[N, seq_len] int32 (the next byte at each position).  The last 10% of the windows (a
+[N, seq_len, 1] int32 (the next byte at each position: per-pixel labels of the lm_head's
+[B, 256, seq_len, 1] logits, for per_pixel_ce).  The last 10% of the windows (a
 contiguous tail, so no validation text is also seen in training) are held out.
 
 The embedded default corpus (`dataset: text` with no path) is the source of a fixed list of
@@ -57,12 +58,12 @@ def corpus_bytes(path: Path | None) -> tuple[bytes, str]:
 
 
 def windows(data: bytes, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(x [N, seq_len] f32 ids, y [N, seq_len] int32 next ids), one window every seq_len bytes."""
+    """(x [N, seq_len] f32 ids, y [N, seq_len, 1] int32 next ids), one window every seq_len bytes."""
     ids = np.frombuffer(data, np.uint8)
     n = (len(ids) - 1) // seq_len
     idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
     w = ids[idx]
-    return w[:, :-1].astype(np.float32), w[:, 1:].astype(np.int32)
+    return w[:, :-1].astype(np.float32), w[:, 1:, None].astype(np.int32)
 
 
 def unigram_entropy(data: bytes) -> float:
