@@ -261,7 +261,7 @@ def test_lowering_kinds():
                        "conv_next_stem", "conv_next_stage", "conv_next_downsample", "structure_module",
                        # lower once both families landed
                        "shuffle_v2_block", "detr_heads", "patch_embed", "transformer_decoder", "token_position_embed",
-                       "transformer_encoder", "mobile_vit_block"}
+                       "transformer_encoder", "mobile_vit_block", "swin_stage"}
 
 
 def test_mbconv_se_width_is_canonical():

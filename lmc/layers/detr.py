@@ -1,6 +1,5 @@
 """DETR kinds (spec-only in the reference): transformer_decoder and detr_heads, built from
-primitives, some declared (layer_norm, matmul, softmax, transpose, broadcast, concat), so they
-do not lower yet."""
+primitives (layer_norm, linear, matmul, softmax, transpose, broadcast, concat)."""
 from dataclasses import dataclass
 from typing import ClassVar
 

@@ -1,7 +1,7 @@
 """Transformer kinds: layer_norm, patch_embed (ViT), transformer_encoder, and the token-layout
-converters spatial_flatten / spatial_unflatten.  All are built from
-primitives, some declared (no template yet: layer_norm, transpose, concat, broadcast, slice,
-matmul, softmax, rope), so none lowers yet.  LayerNorm ε = 1e-5, biased variance."""
+converters spatial_flatten / spatial_unflatten, all built from primitives (layer_norm,
+linear, matmul, softmax, rope or the fused flash_attn, transpose, concat, broadcast, slice).
+LayerNorm ε = 1e-5, biased variance."""
 import math
 from dataclasses import dataclass
 from typing import ClassVar

@@ -119,26 +119,40 @@ def _window_index(ws: int) -> np.ndarray:
     return d[0] * (2 * ws - 1) + d[1]
 
 
-def _shift_mask(grid: tuple[int, int], ws: int, shift: int) -> np.ndarray:
-    """[nW, ws², ws²] of 0 / −∞: after a cyclic shift, tokens of one window that came from
-    different regions of the map do not attend to each other (Swin's attention mask)."""
+# Swin's masked score (the official code and torchvision fill with −100, not −∞: exp(−100) is
+# 0 in f32, and a finite value keeps the finite-difference oracle of window_bias defined)
+MASKED = -100.0
+
+
+def _regions(grid: tuple[int, int], ws: int, shift: int) -> np.ndarray:
+    """[nW, ws²] region id of each token of each window after the cyclic shift (Swin's 3×3 cut
+    of the map: the rows/columns that wrapped around are regions of their own)."""
     gh, gw = grid
     region = np.zeros((gh * ws, gw * ws), int)
     if shift:
         cuts = lambda n: (slice(0, n - ws), slice(n - ws, n - shift), slice(n - shift, n))
         for k, (hs, wsl) in enumerate((a, b) for a in cuts(gh * ws) for b in cuts(gw * ws)):
             region[hs, wsl] = k
-    r = region.reshape(gh, ws, gw, ws).transpose(0, 2, 1, 3).reshape(gh * gw, ws * ws)
-    return np.where(r[:, :, None] == r[:, None, :], 0.0, -np.inf)
+    return region.reshape(gh, ws, gw, ws).transpose(0, 2, 1, 3).reshape(gh * gw, ws * ws)
+
+
+def _shift_mask(grid: tuple[int, int], ws: int, shift: int) -> np.ndarray:
+    """[nW, ws², ws²] of 0 / MASKED: after a cyclic shift, tokens of one window that came from
+    different regions of the map do not attend to each other (Swin's attention mask)."""
+    r = _regions(grid, ws, shift)
+    return np.where(r[:, :, None] == r[:, None, :], 0.0, MASKED)
 
 
 @primitive("window_bias")
 class WindowBias(Prim):
     """Swin's additive attention bias for each of the nW = gh·gw windows: the learned relative
     position bias, table [(2ws−1)², heads] gathered to [heads, ws², ws²], plus (shift > 0) the
-    shifted-window mask → [nW, heads, ws², ws²].  bwd: dtable = scatter-add of dy."""
+    shifted-window mask (0 / −100) → [nW, heads, ws², ws²].  Saves nothing.
+    bwd: dtable = scatter-add of Σ_windows dy into the table rows."""
     inputs = ()
     params = ("table",)
+    examples = [(dict(ws=2, grid=(2, 2), shift=1), [], [TensorType((9, 2))]),
+                (dict(ws=3, grid=(1, 2), shift=0), [], [TensorType((25, 3))])]
 
     def infer(self, ins, ps):
         (t,) = ps
@@ -147,6 +161,23 @@ class WindowBias(Prim):
             raise ShapeError(f"a relative position table for {ws}x{ws} windows needs {(2 * ws - 1) ** 2} rows, "
                              f"got {t.shape_str()}")
         return TensorType((gh * gw, t.dims[1], ws * ws, ws * ws)), 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (t,) = ps
+        ws, (gh, gw) = self.ws, self.grid
+        n, h, nw = ws * ws, t.dims[1], gh * gw
+        idx = _window_index(ws).reshape(-1)
+        ctx = {"idx": "[" + ", ".join(f"[{int(i)}]" for i in idx) + "]", "it": TensorType((n * n, 1), "i32").mlir,
+               "g2": TensorType((n * n, h)).mlir, "g3": TensorType((n, n, h)).mlir, "ht": TensorType((h, n, n)).mlir,
+               "h": h, "yi": TensorType(out.dims, "i32").mlir, "masked": flt(MASKED)}
+        if self.shift:
+            r = _regions(self.grid, ws, self.shift)
+            ctx.update(reg="[" + ", ".join("[" + ", ".join(str(int(v)) for v in row) + "]" for row in r) + "]",
+                       rt=TensorType((nw, n), "i32").mlir)
+        return ctx
 
     @staticmethod
     def reference(xp, table, ws, grid, shift):
