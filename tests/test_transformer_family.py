@@ -147,3 +147,24 @@ def test_flash_attn_builds_the_same_function(causal):
     a, _ = jax_forward(plain, P, x)
     b, _ = jax_forward(flash, P, x)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)
+
+
+DETR = """name: d
+input: {channels: 8, height: 5, width: 1}
+layers:
+  - spatial_flatten
+  - transformer_decoder: {dim: 8, heads: 2, mlp_dim: 16, n_blocks: 1, n_queries: 3}
+  - detr_heads: {dim: 8, n_classes: 3}
+train: {learning_rate: 0.1, batch_size: 2, epochs: 1}
+"""
+
+
+def test_detr_heads_lower_for_inference_but_refuse_training():
+    from lmc.errors import NotImplementedKind
+    from lmc.infer import check_recipe_fits
+    from lmc.lower import lower
+    net = infer(load_spec("d.yaml", text=DETR))
+    assert "@forward" in lower(net, "forward")
+    for fn in (lambda: check_recipe_fits(net), lambda: lower(net, "train_step")):
+        with pytest.raises(NotImplementedKind, match="detr_heads as the net's output needs DETR's set-matching"):
+            fn()
