@@ -168,3 +168,53 @@ def test_detr_heads_lower_for_inference_but_refuse_training():
     for fn in (lambda: check_recipe_fits(net), lambda: lower(net, "train_step")):
         with pytest.raises(NotImplementedKind, match="detr_heads as the net's output needs DETR's set-matching"):
             fn()
+
+
+# bf16 tolerance against float64 JAX: operands rounded to 8 mantissa bits (relative 2⁻⁹ ≈ 2e-3
+# each), products accumulated in f32.  Through a causal block, its backward and one SGD step:
+# loss within 1%, each tensor's update within 10% of its largest entry + 1% of the net's largest
+# update.  Observed (IREE 3.13, llvm-cpu): loss 4.3e-4 / 2.5e-3 (plain / flash), updates ≤ 4.3%;
+# the f32 module is within 1e-5 of the same reference; a wrong gradient is off by O(1).
+BF16_LOSS_RTOL, BF16_UPDATE_RTOL = 1e-2, 0.10
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("flash", [False, True])
+def test_bf16_train_step_against_jax_at_bf16_tolerance(flash):
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from lmc.lower import abi, hyperparams, lower
+    from tests.test_oracle import _batch, _init, _module, classifier_yaml, make_jax_step
+    layers = [("transformer_encoder", dict(dim=8, heads=2, mlp_dim=16, n_blocks=1, keep_sequence=True,
+                                           causal_mask=True, flash_attn=flash))]
+    train = {"learning_rate": 0.5}
+    net32 = infer(load_spec("o.yaml", text=classifier_yaml(layers, (4, 6, 8), "xla_same", train)))
+    net = infer(load_spec("o.yaml", text=classifier_yaml(layers, (4, 6, 8), "xla_same", {**train, "bf16": True})))
+    text, text32 = lower(net, "train_step"), lower(net32, "train_step")
+    assert "xui32>" in text and "xui32>" not in text32           # the bf16 rounding of the operands
+    a = abi(net)
+    rng = np.random.default_rng(0)
+    P, S = _init(net, rng)
+    x, labels = _batch(net, a, rng)
+    hp = np.asarray(hyperparams(a, net.spec.train, 0.5, 1), np.float32)
+    args = [P[p.name] for p in net.params] + [S[s.name] for s in net.state] + [x, labels, hp]
+    out = [np.asarray(r) for r in _module(text).train_step(*args)]
+    out32 = [np.asarray(r) for r in _module(text32).train_step(*args)]
+    j64 = {k: jnp.asarray(v, jnp.float64) for k, v in P.items()}       # test_oracle enables x64
+    nP, _, _, _, jloss, _, _ = make_jax_step(net, a)(j64, {}, {}, {}, jnp.asarray(x, jnp.float64),
+                                                     jnp.asarray(labels), dict(zip(a.hp, map(float, hp))))
+    loss, loss32, jloss = float(out[-2]), float(out32[-2]), float(jloss)
+    assert abs(loss - jloss) <= BF16_LOSS_RTOL * abs(jloss)
+    assert abs(loss32 - jloss) <= 1e-5 * abs(jloss)
+    assert abs(loss - loss32) > 1e-5 * abs(jloss), "bf16 gave the f32 result: the operands were not rounded"
+    # a tensor with no true gradient (k's bias: softmax ignores a per-row constant) gets bf16
+    # noise of the net's scale: the floor is 1% of the largest update of any tensor
+    wants = {p.name: np.asarray(nP[p.name]) - P[p.name] for p in net.params}
+    floor = 0.01 * max(np.abs(w).max() for w in wants.values())
+    worst = {}
+    for i, p in enumerate(net.params):
+        want, got = wants[p.name], out[i] - P[p.name]
+        worst[p.name] = np.abs(got - want).max() / (np.abs(want).max() + floor / BF16_UPDATE_RTOL)
+    print(f"bf16 loss rel {abs(loss - jloss) / abs(jloss):.2e}, worst update rel {max(worst.values()):.3f}")
+    bad = {k: v for k, v in worst.items() if v > BF16_UPDATE_RTOL}
+    assert not bad, bad

@@ -5,7 +5,7 @@ the run and any text round-trips) and cut into windows of seq_len + 1 bytes, one
 bytes (consecutive windows share one byte, so every byte but the first is a target once):
 x = window[:-1] [N, seq_len] (token ids held in f32, the model's input), y = window[1:]
 [N, seq_len, 1] int32 (the next byte at each position: per-pixel labels of the lm_head's
-[B, 256, seq_len, 1] logits, for per_pixel_ce).  The last 10% of the windows (a
+[B, 256, seq_len, 1] logits, the per-pixel cross-entropy).  The last 10% of the windows (a
 contiguous tail, so no validation text is also seen in training) are held out.
 
 The embedded default corpus (`dataset: text` with no path) is the source of a fixed list of

@@ -15,6 +15,7 @@ class Matmul(Prim):
     """y = a·b over the last two axes, batched over the leading ones (equal in a and b):
     a [..., M, K], b [..., K, N] → [..., M, N].  FLOPs 2·batch·M·K·N.
     bwd: da = dy·bᵀ, db = aᵀ·dy."""
+    mixed_precision = True
     inputs = ("a", "b_in")
     params = ()
     n_inputs = 2
@@ -232,6 +233,7 @@ class FlashAttn(Prim):
     lse = m + log l [B, H, Nq]; bwd recomputes each block's probabilities p = exp(s − lse).
     bwd: D = Σ_d do·o;  per block dv = pᵀ·do, ds = p·(do·vᵀ − D), dq += scale·ds·k, dk = scale·dsᵀ·q.
     FLOPs 4·B·H·Nq·Nk·dh + 5·B·H·Nq·Nk (as the composed matmul, softmax, matmul)."""
+    mixed_precision = True
     inputs = ("q", "k", "v")
     params = ()
     n_inputs = 3

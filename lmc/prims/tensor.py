@@ -170,6 +170,7 @@ class Linear(Prim):
     """y = x·w (+ b) over the last axis: x [..., K], w [K, N], b [N] → [..., N]
     (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted).
     Saves x.  bwd: dx = dy·wᵀ, dw = Σ_rows xᵀ·dy, db = Σ_rows dy."""
+    mixed_precision = True
     inputs = ("x",)
     params = ("w", "b")
     examples = [({}, [TensorType((2, 3, 4))], [TensorType((4, 5)), TensorType((5,))]),
