@@ -29,6 +29,7 @@ class DatasetKind(Choice):
     synthetic = "synthetic"    # seeded random data of the spec's shapes
     digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
     digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
+    text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
 
 
 @dataclass(frozen=True, init=False)
