@@ -131,3 +131,81 @@ def test_eval_equals_the_runs_last_eval_record(tmp_path, sets):
 def test_eval_dump_correct_wants_npy(tmp_path):
     r = run("eval", MLP, "--init", tmp_path / "x.npz", "--dump-correct", tmp_path / "ok.txt")
     assert r.exit_code == 2 and "expected a .npy file name" in r.stderr
+
+
+# ------------------------------------------------------------------ lmc attack
+
+def test_projection_keeps_the_ball_and_the_box():
+    from lmc.trust.attack import _start, project
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (50, 8)).astype(np.float32)
+    for norm in ("linf", "l2"):
+        far = x + rng.standard_normal(x.shape).astype(np.float32) * 3
+        p = project(far, x, 0.3, norm, 0.0, 1.0)
+        d = (p - x).astype(np.float64)
+        size = np.abs(d).max(1) if norm == "linf" else np.sqrt((d ** 2).sum(1))
+        assert (size <= 0.3 + 1e-6).all() and p.min() >= 0 and p.max() <= 1
+        s = _start(rng, x, 0.3, norm)
+        size = np.abs(s).max(1) if norm == "linf" else np.sqrt((s.astype(np.float64) ** 2).sum(1))
+        assert (size <= 0.3 + 1e-6).all() and size.max() > 0.1
+        assert (project(x + _start(rng, x, 0.0, norm), x, 0.0, norm, 0.0, 1.0) == x).all()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """specs/digits_mlp.yaml trained for 3 epochs: (checkpoint, clean correct count)."""
+    pytest.importorskip("iree.runtime")
+    from conftest import iree_missing
+    if iree_missing():
+        pytest.skip(iree_missing())
+    out = tmp_path_factory.mktemp("trust") / "run"
+    r = run("train", MLP, "--epochs", 3, "--out", out)
+    assert r.exit_code == 0, r.output
+    ev = _records(out, "eval")[-1]
+    return out / "last.npz", round(ev["top1"] * ev["n"])
+
+
+@pytest.mark.iree
+def test_attack_eps0_is_clean_and_accuracy_never_rises(trained, tmp_path):
+    ckpt, clean = trained
+    r = run("attack", MLP, "--init", ckpt, "--eps", "0.2,0,0.05,0.1", "--json", "--plot", tmp_path / "a.png")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["clean"]["correct"] == clean and d["clean"]["n"] == 360
+    res = {x["eps"]: x for x in d["results"]}
+    assert [x["eps"] for x in d["results"]] == [0.2, 0.0, 0.05, 0.1]        # the order asked for
+    assert res[0.0]["correct"] == clean and res[0.0]["top1"] == d["clean"]["top1"]
+    accs = [res[e]["correct"] for e in (0.0, 0.05, 0.1, 0.2)]
+    assert accs == sorted(accs, reverse=True)
+    assert accs[-1] < 0.5 * clean           # the gradient points uphill: ε = 0.2 breaks most examples
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+    r = run("attack", MLP, "--init", ckpt, "--eps", "0.5", "--norm", "l2", "--limit", 100, "--restarts", 2,
+            "--plot", tmp_path / "b.png")
+    assert r.exit_code == 0, r.output
+    assert "0.5" in r.stdout and "/100" in r.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--eps", "-0.1"], "radii must be finite and ≥ 0, got -0.1"),
+    (["--eps", "a,b"], "expected comma-separated numbers"),
+    (["--eps", "0.1", "--norm", "l3"], "--norm 'l3': expected linf or l2"),
+    (["--eps", "0.1", "--steps", "0"], "--steps must be at least 1"),
+    (["--eps", "0.1", "--step-size", "-1"], "--step-size must be > 0"),
+])
+def test_attack_refuses_nonsense(tmp_path, args, msg):
+    r = run("attack", MLP, "--init", tmp_path / "none.npz", *args)
+    assert r.exit_code == 2 and msg in r.stderr, r.output
+
+
+def test_trust_tools_refuse_a_net_without_classifier_head(tmp_path):
+    p = tmp_path / "seg.yaml"
+    p.write_text("name: seg\ninput: {channels: 1, height: 8, width: 8}\nlayers:\n  - conv2d: [1, 4, 3]\n")
+    r = run("attack", p, "--init", tmp_path / "none.npz", "--eps", "0.1")
+    assert r.exit_code == 2 and "not classifier logits [batch, classes]" in r.stderr, r.output
+
+
+@pytest.mark.iree
+def test_trust_tools_refuse_a_checkpoint_of_another_spec(trained):
+    ckpt, _ = trained
+    r = run("attack", ROOT / "specs" / "digits_cnn.yaml", "--init", ckpt, "--eps", "0.1")
+    assert r.exit_code == 2 and "does not match the spec" in r.stderr, r.output

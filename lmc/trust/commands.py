@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from ..cli import _Command, app, console, err, user_errors
+from ..cli import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
+from ..errors import LmcError
+from ..evaluate import wilson95
 
 
 def _pct(x: float) -> str:
@@ -51,3 +53,71 @@ def compare(a: Annotated[Path, typer.Argument(help="Model A's correctness bitmap
                   markup=False)
     if r.b + r.c == 0:
         console.print("no discordant pair: the two models are right on exactly the same examples", markup=False)
+
+
+BackendOpt = Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")]
+DataOpt = Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")]
+InitOpt = Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz), a .npz/.safetensors of named tensors, or a flat .bin.")]
+RegionOpt = Annotated[str, typer.Option(help="Which weights: live, ema, swa, or auto (what the run's own eval scored; a SWAG run's SWA mean).")]
+LimitOpt = Annotated[Optional[int], typer.Option(help="Judge only the first N validation examples.")]
+BatchOpt = Annotated[Optional[int], typer.Option(help="Batch size of the compiled module (default: the recipe's).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the random draws (starts, noise).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout.")]
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise LmcError(f"{what} {text!r}: expected comma-separated numbers, e.g. 0,0.05,0.1") from None
+
+
+@app.command(cls=_Command)
+def attack(spec: SpecArg,
+           init: InitOpt,
+           eps: Annotated[str, typer.Option(help="Comma-separated radii ε of the attack ball, e.g. 0,0.05,0.1,0.2 (in the data's units).")],
+           norm: Annotated[str, typer.Option(help="The ball: linf (each input within ε) or l2 (Euclidean norm ≤ ε).")] = "linf",
+           steps: Annotated[int, typer.Option(help="PGD steps per restart.")] = 10,
+           step_size: Annotated[Optional[float], typer.Option(help="Step length α (default: 2.5·ε/steps).")] = None,
+           restarts: Annotated[int, typer.Option(help="Random restarts; an example is robust only if it survives all of them.")] = 1,
+           limit: LimitOpt = None,
+           seed: SeedOpt = 0,
+           plot: Annotated[Optional[Path], typer.Option(help="Where to write the accuracy-vs-ε PNG (default: attack-<norm>.png next to the checkpoint).")] = None,
+           region: RegionOpt = "auto",
+           backend: BackendOpt = None,
+           chip: ChipOpt = None,
+           data: DataOpt = None,
+           batch: BatchOpt = None,
+           as_json: JsonOpt = False,
+           set: SetOpt = None) -> None:
+    """Attack a trained classifier with PGD (random start, projected onto the ε-ball and the data range).
+
+    Prints clean and adversarial top-1 per ε with 95% Wilson intervals and writes a plot.
+    PGD gives an upper bound on robust accuracy, never a certificate."""
+    from .attack import check_args, pgd, plot_attack
+    from .model import load_model
+    with user_errors():
+        radii = _floats(eps, "--eps")
+        check_args(radii, norm, steps, step_size, restarts)
+        net = _load(spec, set, batch)
+        m = load_model(net, init, data, backend, chip, _log, "input_grad", region, limit)
+        clean, results = pgd(m, radii, norm, steps, step_size, restarts, seed, log=_log)
+        path = plot or Path(init).with_name(f"attack-{norm}.png")
+        plot_attack(clean, results, path, f"{net.spec.name}: PGD-{steps} {norm}, {restarts} restart(s)")
+        _log(f"wrote {path}")
+    n = len(clean)
+    cd = {"n": n, "correct": int(clean.sum()), "top1": float(clean.mean()),
+          "top1_ci": list(wilson95(int(clean.sum()), n))}
+    if as_json:
+        print(json.dumps({"clean": cd, "steps": steps, "restarts": restarts, "seed": seed,
+                          "bounds": list(m.bounds), "results": [r.as_dict() for r in results]}))
+        return
+    t = Table(title=f"PGD-{steps} ({norm}, {restarts} restart(s)) on {n:,} validation examples; data range "
+                    f"[{m.bounds[0]:g}, {m.bounds[1]:g}]")
+    for c in ("ε", "top-1", "95% CI (Wilson)", "correct"):
+        t.add_column(c)
+    t.add_row("clean", _pct(cd["top1"]), _ci(cd["top1_ci"]), f"{cd['correct']:,}/{n:,}")
+    for r in results:
+        d = r.as_dict()
+        t.add_row(f"{r.eps:g}", _pct(d["top1"]), _ci(d["top1_ci"]), f"{r.correct:,}/{n:,}")
+    console.print(t)
