@@ -174,6 +174,16 @@ _UNIT = {"label_smoothing", "momentum", "rmsprop_decay", "drop_path", "dropout",
          "ema_decay", "det_prior_pi"}
 # Probabilities, [0, 1]: "always" is a fine setting.
 _PROB = {"random_erasing_prob", "fpn_affine_prob"}
+# Fields that only act under a switch: set (to a non-default value) with the switch off they
+# would be accepted and do nothing, so check_rules refuses them, naming the switch.
+DEPENDS = {
+    "mixup_alpha": "use_mixup", "cutmix_alpha": "use_cutmix", "knn_mixup_alpha": "use_knn_mixup",
+    "random_erasing_prob": "random_erasing", "focal_gamma": "use_focal", "ema_decay": "use_ema",
+    "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
+    "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
+    "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
+    "rand_augment_inc": "rand_augment_geometric",
+}
 
 
 def _make_config_class():
@@ -258,15 +268,12 @@ def effective_loss(cfg, dataset=None) -> LossKind:
 
 
 def mixup_mode(cfg) -> str | None:
-    """Which soft-label augmentation a batch gets: exactly one, by the reference's priority
-    KNN-mixup > mixup > cutmix (losses.md §3), so knn-mixup wins over mixup and mixup over cutmix."""
+    """The soft-label augmentation of the recipe (data/mix.py): knn_mixup, mixup, cutmix, or
+    "mixup|cutmix" (both on: each batch takes one with probability ½, as timm's DeiT recipe)."""
     if cfg.use_knn_mixup:
         return "knn_mixup"
-    if cfg.use_mixup:
-        return "mixup"
-    if cfg.use_cutmix:
-        return "cutmix"
-    return None
+    on = [m for m in ("mixup", "cutmix") if getattr(cfg, "use_" + m)]
+    return "|".join(on) or None
 
 
 def check_rules(cfg, loc_of, dataset=None) -> None:
@@ -298,6 +305,18 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     loss = loss_for(kind)
     for r in loss.focal_rules(cfg) if cfg.use_focal else []:
         err(r.message, r.field, also=r.also, hint=r.hint)
+    for name, switch in DEPENDS.items():
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not getattr(cfg, switch):
+            err(f"{name} has no effect without {switch}: true", name, also=(switch,),
+                hint=f"set {switch}: true, or drop {name}")
+    if cfg.use_auto_augment and cfg.use_rand_augment:
+        err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
+            "use_rand_augment", also=("use_auto_augment",))
+    for other in ("use_mixup", "use_cutmix"):
+        if cfg.use_knn_mixup and getattr(cfg, other):
+            err(f"use_knn_mixup excludes {other} (KNN-mixup replaces the random partner; the seed lets it "
+                f"take precedence, which would leave {other} accepted and unused)", other,
+                also=("use_knn_mixup",), hint=f"drop {other} or use_knn_mixup")
     if cfg.use_swag and not cfg.use_swa:
         err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
     # use_yolov1 asks for the box targets: a loss given explicitly must consume them

@@ -9,6 +9,7 @@ Rules (the seed's; training.md §5.2/§5.3, not the Lean IREE path's fan-in Bate
   normal        normal, std Param.std
   trunc_normal  normal, std Param.std, redrawn outside ±2·std
   zeros / ones  biases, BN β / BN γ; BN running mean 0, running var 1
+  constant      every element Param.std (ConvNeXt's LayerScale, 1e-6)
 Any other kind is refused: silently drawing something plausible would train a different net.
 
 Determinism: tensor i draws from its own `Generator(PCG64([seed, INIT_STREAM, i]))`, so the
@@ -23,7 +24,7 @@ import numpy as np
 from .errors import TrainError
 
 INIT_STREAM = 0x1A17      # mixed into the seed so init never shares a stream with the data order
-KINDS = ("he", "glorot", "normal", "trunc_normal", "zeros", "ones")
+KINDS = ("he", "glorot", "normal", "trunc_normal", "zeros", "ones", "constant")
 
 
 def init_tensors(net, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -46,6 +47,8 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
     dims = p.type.dims
     if p.init in ("zeros", "ones"):
         return _constant(p.name, p.init, dims)
+    if p.init == "constant":
+        return np.full(dims, p.std, np.float32)
     if p.init == "he":
         if p.fan_out <= 0:
             raise TrainError(f"parameter {p.name}: He init needs fan_out > 0 (a bug in its layer)")

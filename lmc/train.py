@@ -43,11 +43,9 @@ METRICS = "metrics.jsonl"
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
-                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "use_mixup", "use_cutmix",
-                "use_knn_mixup", "use_rand_augment", "use_auto_augment", "repeated_aug", "train_res",
-                "test_crop_ratio", "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init",
-                "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob")
+                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
+                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
+                "fpn_affine_prob", "val_every_epochs")
 
 
 @dataclass
@@ -204,6 +202,8 @@ class Trainer:
     def setup(self):
         from .compile import compile_module, resolve_backend
         from .data import Batcher
+        from .data.mix import Mixer
+        from .data.policy import Policy
         from .lower import lower
         from .runtime import Module
         net, cfg, opts = self.net, self.cfg, self.opts
@@ -217,7 +217,9 @@ class Trainer:
         self.ds = load_data(net, opts.data, cfg.seed)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
-                               augment=cfg.augment, random_erasing=erasing)
+                               augment=cfg.augment, random_erasing=erasing, labels=self.fit,
+                               mix=Mixer.from_config(cfg), policy=Policy.from_config(cfg, self.ds),
+                               repeated=cfg.repeated_aug)
         k = self.abi.accum
         # with k-step accumulation an epoch is whole cycles of k micro-batches (the remainder
         # is dropped like the batch remainder: one optimizer batch is k·batch_size examples)
@@ -544,7 +546,7 @@ class Trainer:
                     for x, y in it:
                         self.step += 1
                         lr = self.lr_at(self.step)
-                        loss_d, corr_d = step_fn(x, self.fit(y), lr)
+                        loss_d, corr_d = step_fn(x, y, lr)
                         self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))
                         self.batch += 1
                         steps_epoch += 1

@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from lmc.infer import infer  # noqa: E402
 from lmc.layers import all_layers, lowers  # noqa: E402
-from lmc.losses import lowered_losses  # noqa: E402
+from lmc.losses import Loss, lowered_losses  # noqa: E402
 from lmc.lower import abi, hyperparams, lower  # noqa: E402
 from lmc.errors import SpecError  # noqa: E402
 from lmc.optim import GLOBAL_HP, all_optimizers, assign  # noqa: E402
@@ -111,6 +111,9 @@ def _layer_yaml(kind: str, fields: dict) -> str:
 def _input_yaml(dims) -> str:
     if len(dims) == 2:
         return f"{{features: {dims[1]}}}"
+    if len(dims) == 3:             # tokens [B, N, D]: an image [B, D, N, 1] through spatial_flatten
+        _, n, d = dims
+        return f"{{channels: {d}, height: {n}, width: 1}}"
     _, c, h, w = dims
     return f"{{channels: {c}, height: {h}, width: {w}}}"
 
@@ -120,17 +123,26 @@ def _train_yaml(batch: int, fields: dict) -> str:
     return "{" + ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f.items()) + "}"
 
 
-def classifier_yaml(layers: list[tuple[str, dict]], x_dims, style: str, train: dict) -> str:
-    """A spec: the given layers, then flatten (if still an image) and dense → NC classes."""
+def _body_out(layers, x_dims, style):
     head = f"name: oracle\ninput: {_input_yaml(x_dims)}\nconv_pad_style: {style}\nlayers:\n"
+    if len(x_dims) == 3:
+        layers = [("spatial_flatten", {})] + list(layers)
     body = "\n".join(_layer_yaml(k, f) for k, f in layers) + "\n"
-    out = infer(load_spec("oracle.yaml", text=head + body)).output.type
-    extra = []
-    if out.rank == 4:
-        extra.append(("flatten", {}))
-    extra.append(("dense", {"fan_in": out.size // out.dims[0], "fan_out": NC}))
-    body += "\n".join(_layer_yaml(k, f) for k, f in extra) + "\n"
-    return head + body + f"train: {_train_yaml(x_dims[0], train)}\n"
+    return head + body, infer(load_spec("oracle.yaml", text=head + body)).output.type
+
+
+def classifier_yaml(layers: list[tuple[str, dict]], x_dims, style: str, train: dict, loss: str = "class_ce") -> str:
+    """A spec: the given layers, then the loss case's head to NC classes (Loss.oracle_head:
+    flatten if still an image, then dense; a per-pixel loss's 1×1 conv)."""
+    text, out = _body_out(layers, x_dims, style)
+    extra = _loss_class(loss).oracle_head(out, NC)
+    assert extra is not None, f"{loss} cannot follow a body of output {out}"
+    text += "\n".join(_layer_yaml(k, f) for k, f in extra) + "\n"
+    return text + f"train: {_train_yaml(x_dims[0], train)}\n"
+
+
+def _loss_class(loss: str):
+    return lowered_losses()[loss.split("#")[0]]
 
 
 def _graph_key(net):
@@ -176,10 +188,11 @@ def _opt_class(opt: str):
     return all_optimizers()[opt.split("#")[0]]
 
 
-def grid_net(opt: str):
-    """The grid net for an optimizer case: GRID_NET, or the optimizer's own `oracle_net` where it
-    needs tensors the small MLP lacks (Muon, Shampoo)."""
-    own = _opt_class(opt).oracle_net
+def grid_net(opt: str, loss: str = "class_ce"):
+    """The grid net for a (loss, optimizer) case: GRID_NET, or the loss's own `oracle_net` where
+    its logits are not [B, NC] (per-pixel losses), or the optimizer's where it needs tensors
+    the small MLP lacks (Muon, Shampoo)."""
+    own = _loss_class(loss).oracle_net or _opt_class(opt).oracle_net
     if own is None:
         return GRID_NET
     layers, x = own
@@ -190,19 +203,24 @@ def grid_net(opt: str):
 _FITS: dict = {}
 
 
-def _fits(cid, layers, x, style, opt) -> bool:
-    """Whether an optimizer case lowers on a layer case's net: an optimizer with a fallback
-    (Muon, Shampoo) that applies to none of the net's tensors is refused by `assign`."""
-    if _opt_class(opt).fallback is None:
-        return True
-    if (cid, opt) not in _FITS:
-        net = infer(load_spec("o.yaml", text=classifier_yaml(layers, x, style, OPTIMIZERS[opt][0])))
-        try:
-            assign(net)
-            _FITS[cid, opt] = True
-        except SpecError:
-            _FITS[cid, opt] = False
-    return _FITS[cid, opt]
+def _fits(cid, layers, x, style, loss, opt) -> bool:
+    """Whether a (loss, optimizer) case lowers on a layer case's net: the loss's head must fit
+    the body (a per-pixel loss needs an image), and an optimizer with a fallback (Muon,
+    Shampoo) that applies to none of the net's tensors is refused by `assign`."""
+    if (cid, loss, opt) not in _FITS:
+        if _loss_class(loss).oracle_head(_body_out(layers, x, style)[1], NC) is None:
+            _FITS[cid, loss, opt] = False
+        elif _opt_class(opt).fallback is None:
+            _FITS[cid, loss, opt] = True
+        else:
+            net = infer(load_spec("o.yaml", text=classifier_yaml(layers, x, style, {**LOSSES[loss][0], **OPTIMIZERS[opt][0]},
+                                                                 loss)))
+            try:
+                assign(net)
+                _FITS[cid, loss, opt] = True
+            except SpecError:
+                _FITS[cid, loss, opt] = False
+    return _FITS[cid, loss, opt]
 
 
 def _params():
@@ -211,7 +229,7 @@ def _params():
     other fitting combos under -m slow; the grid runs every combo on its optimizer's grid net."""
     default, slow = [], []
     for i, (cid, layers, x, style) in enumerate(LAYER_CASES):
-        fit = [j for j, (_, opt) in enumerate(COMBOS) if _fits(cid, layers, x, style, opt)]
+        fit = [j for j, (loss, opt) in enumerate(COMBOS) if _fits(cid, layers, x, style, loss, opt)]
         first = min(fit, key=lambda j: (j - i) % len(COMBOS))
         for j in fit:
             loss, opt = COMBOS[j]
@@ -220,10 +238,18 @@ def _params():
                 default.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}"))
             else:
                 slow.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}", marks=pytest.mark.slow))
-    grid = []
+    grid, own_net = [], [l for l in LOSSES if _loss_class(l).oracle_net is not None]
     for loss, opt in COMBOS:
-        gid, glayers, gx, gstyle = grid_net(opt)
-        grid.append(pytest.param(gid, glayers, gx, gstyle, loss, opt, id=f"{gid}-{loss}-{opt}"))
+        gid, glayers, gx, gstyle = grid_net(opt, loss)
+        if not _fits(gid, glayers, gx, gstyle, loss, opt):
+            continue
+        # a loss on its own net (per-pixel logits) meets one optimizer by default, rotating, and
+        # the others under -m slow: the loss × optimizer interaction is the gradient handed over,
+        # which the classifier losses already cross with every optimizer
+        opts = [o for o in OPTIMIZERS if _fits(gid, glayers, gx, gstyle, loss, o)]
+        slow_here = loss in own_net and opts.index(opt) != own_net.index(loss) % len(opts)
+        grid.append(pytest.param(gid, glayers, gx, gstyle, loss, opt, id=f"{gid}-{loss}-{opt}",
+                                 marks=[pytest.mark.slow] if slow_here else []))
     return default + grid + slow
 
 
@@ -319,7 +345,10 @@ def _init(net, rng):
 
 
 def _batch(net, a, rng):
-    x = rng.standard_normal(net.input.dims).astype(np.float32)
+    # a first layer that reads something other than real values (token ids) draws its input
+    first = net.spec.layers[0].layer
+    draw = getattr(first, "draw_input", None)
+    x = draw(rng, net.input) if draw else rng.standard_normal(net.input.dims).astype(np.float32)
     return x, a.loss.draw_labels(rng, a.labels, a.logits)
 
 
@@ -371,7 +400,7 @@ def run_oracle(layers, x_dims, style, loss, opt, seed=0, cases=None):
     lfields, lvariants = LOSSES[loss]
     ofields, ovariants = (cases or OPTIMIZERS)[opt]
     base = {**lfields, **ofields}
-    net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style, base)))
+    net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style, base, loss)))
     text = lower(net, "train_step")
     mod = _module(text)
     a = abi(net)
@@ -379,7 +408,7 @@ def run_oracle(layers, x_dims, style, loss, opt, seed=0, cases=None):
     worst: dict[str, float] = {}
     for (ln, lo), (on, oo) in itertools.product(lvariants, ovariants):
         variant = "+".join(n for n in (loss, ln, opt, on) if n)
-        vspec = load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style, {**base, **lo, **oo}))
+        vspec = load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style, {**base, **lo, **oo}, loss))
         vnet = infer(vspec)
         # hyperparameters are runtime values: the variant must be the very same module
         assert lower(vnet, "train_step") == text, f"{variant}: a runtime hyperparameter changed the module text"

@@ -582,12 +582,25 @@ def test_focal_only_with_int_labels_and_no_smoothing():
     assert rule_errors("  use_focal: true\n  use_yolov1: true\n") == []
 
 
-def test_knn_mixup_takes_precedence():
-    assert mixup_mode(cfg(use_knn_mixup=True, use_mixup=True, use_cutmix=True)) == "knn_mixup"
-    assert mixup_mode(cfg(use_mixup=True, use_cutmix=True)) == "mixup"
+def test_mixing_modes_and_knn_exclusivity():
+    assert mixup_mode(cfg(use_knn_mixup=True)) == "knn_mixup"
+    assert mixup_mode(cfg(use_mixup=True, use_cutmix=True)) == "mixup|cutmix"    # timm's per-batch switch
     assert mixup_mode(cfg(use_cutmix=True)) == "cutmix"
     assert mixup_mode(cfg()) is None
-    assert rule_errors("  use_knn_mixup: true\n  use_mixup: true\n") == []
+    # the seed lets KNN take precedence: that would leave use_mixup accepted and unused — refused
+    assert rule_errors("  use_knn_mixup: true\n  use_mixup: true\n") == [
+        (6, "use_knn_mixup excludes use_mixup (KNN-mixup replaces the random partner; the seed lets it "
+            "take precedence, which would leave use_mixup accepted and unused)")]
+
+
+def test_a_field_under_an_off_switch_is_refused():
+    assert rule_errors("  mixup_alpha: 0.4\n") == [(5, "mixup_alpha has no effect without use_mixup: true")]
+    assert rule_errors("  use_rand_augment: true\n  rand_augment_mstd: 0.5\n") == [
+        (6, "rand_augment_mstd has no effect without rand_augment_geometric: true")]
+    assert rule_errors("  use_rand_augment: true\n  rand_augment_geometric: true\n  rand_augment_mstd: 0.5\n"
+                       "  rand_augment_inc: true\n") == []
+    assert rule_errors("  use_auto_augment: true\n  use_rand_augment: true\n") == [
+        (6, "use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)")]
 
 
 def test_swag_requires_swa():
@@ -814,7 +827,7 @@ def test_docs_describe_every_train_field():
 
 
 def test_probabilities_may_be_one_but_decays_may_not():
-    assert parse(BASE + "  random_erasing_prob: 1.0\n").random_erasing_prob == 1.0
+    assert parse(BASE + "  random_erasing: true\n  random_erasing_prob: 1.0\n").random_erasing_prob == 1.0
     with pytest.raises(SpecError, match=r"train.random_erasing_prob: expected a probability in \[0, 1\], got 1.5"):
         parse(BASE + "  random_erasing_prob: 1.5\n")
     with pytest.raises(SpecError, match=r"train.ema_decay: expected a number in \[0, 1\), got 1.0"):

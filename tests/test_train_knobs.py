@@ -24,6 +24,8 @@ KNOBS = {
     "swag": ["train.use_swa=true", "train.swa_start_epoch=1", "train.use_swag=true", "train.swag_k=3",
              "train.swag_samples=4"],
     "accum": ["train.grad_accum_steps=3"],
+    "mixup_ls": ["train.use_mixup=true", "train.label_smoothing=0.1"],
+    "knn_mixup": ["train.use_knn_mixup=true", "train.knn_mixup_alpha=0.4"],
     "clip_head_rmsprop": ["train.grad_clip_norm=1.0", "train.head_lr_mult=3", "train.optimizer=rmsprop",
                           "train.use_adam=false", "train.momentum=0.9", "train.learning_rate=0.001"],
     "ema_swa_accum": ["train.use_ema=true", "train.ema_decay=0.9", "train.use_swa=true",

@@ -21,7 +21,7 @@ from lmc.data.dataset import Dataset
 from lmc.errors import DataError
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
-_SHUFFLE, _AUGMENT = 0, 1
+_SHUFFLE, _AUGMENT, _MIX = 0, 1, 2
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -38,11 +38,19 @@ class Batcher:
     else a zero-padded crop with `pad_crop` pixels per side (pad_crop=0: flip only, the
     reference's cifar recipe).  Without augment, stored-larger images are centre-cropped.
     random_erasing: probability per image of erasing a rectangle with N(0, 1) noise (0 = off).
+    labels: the loss's label fitting (class ids → the label tensor the step takes, e.g. smoothed
+    one-hot targets), applied here in the background thread; None keeps the dataset's labels.
+    mix: a `mix.Mixer` (mixup / cutmix / KNN-mixup of the fitted targets), after the image ops.
+    policy: a `policy.Policy` (RandAugment / AutoAugment per image), after crop/flip and before
+    random erasing.
+    repeated: repeated augmentation (timm's RASampler, one process): epoch e's order is its
+    permutation with each index repeated `repeated` times in a row, cut to N, so a batch holds
+    that many independently augmented copies of an image and steps_per_epoch is unchanged.
     """
 
     def __init__(self, ds: Dataset, batch_size: int, *, seed: int, shuffle: bool = True,
                  augment: bool = False, random_erasing: float = 0.0, pad_crop: int = 4,
-                 prefetch: int = 2):
+                 prefetch: int = 2, labels=None, mix=None, policy=None, repeated: int = 1):
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if not 0.0 <= random_erasing <= 1.0:
@@ -57,6 +65,11 @@ class Batcher:
                 f"{ds.source('x_train')}: augmentation needs image inputs [C, H, W], but the "
                 f"examples have shape {tuple(ds.x_train.shape[1:])}",
                 hint="turn augment/random_erasing off, or give the spec an image input")
+        if mix is not None and mix.cutmix_alpha is not None and not image:
+            raise DataError(f"{ds.source('x_train')}: cutmix pastes image boxes, but the examples have "
+                            f"shape {tuple(ds.x_train.shape[1:])}", hint="use mixup instead, or an image input")
+        if mix is not None and labels is None:
+            raise ValueError("mixing needs the loss's label fitting (labels=…)")
         self.ds = ds
         self.batch_size = batch_size
         self.seed = seed
@@ -64,18 +77,25 @@ class Batcher:
         self.augment = augment
         self.random_erasing = random_erasing
         self.pad_crop = pad_crop
+        self.labels = labels
+        self.mix = mix
+        self.policy = policy
+        if repeated < 1:
+            raise ValueError(f"repeated must be >= 1, got {repeated}")
+        self.repeated = repeated
         self.prefetch = max(1, prefetch)
         self.steps_per_epoch = n // batch_size
         self._order_cache: tuple[int, np.ndarray] | None = None
 
     def order(self, epoch: int) -> np.ndarray:
         """Example indices of epoch `epoch`, a function of (seed, epoch) only."""
-        if not self.shuffle:
-            return np.arange(len(self.ds.x_train))
         cached = self._order_cache
         if cached is not None and cached[0] == epoch:
             return cached[1]
-        perm = _rng(self.seed, _SHUFFLE, epoch).permutation(len(self.ds.x_train))
+        n = len(self.ds.x_train)
+        perm = _rng(self.seed, _SHUFFLE, epoch).permutation(n) if self.shuffle else np.arange(n)
+        if self.repeated > 1:
+            perm = np.repeat(perm, self.repeated)[:n]
         self._order_cache = (epoch, perm)
         return perm
 
@@ -86,7 +106,12 @@ class Batcher:
         idx = self.order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
         x = self.ds.x_train[idx]                      # fancy indexing: a fresh copy, safe to alter
         y = self.ds.y_train[idx]
-        return self._transform(x, _rng(self.seed, _AUGMENT, epoch, step)), y
+        x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
+        if self.labels is not None:
+            y = self.labels(y)
+        if self.mix is not None:
+            x, y, _, _ = self.mix(x, y, _rng(self.seed, _MIX, epoch, step))
+        return x, y
 
     def _transform(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         crop = self.ds.train_crop
@@ -95,6 +120,8 @@ class Batcher:
             x = aug.hflip(x, rng)
         elif crop:
             x = aug.center_crop(x, *crop)
+        if self.policy is not None:
+            x = self.policy(x, rng)
         if self.random_erasing > 0:
             x = aug.random_erasing(x, self.random_erasing, rng)
         return np.ascontiguousarray(x, dtype=np.float32)

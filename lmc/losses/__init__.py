@@ -94,6 +94,16 @@ class Loss:
     rank_hint: ClassVar[str | None] = "end the net with global_avg_pool or flatten, then dense"
     # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])]
     examples: ClassVar[list] = []
+    # the oracle's net for the loss × optimizer grid, (layers, input dims) before the head
+    # (None: the optimizer's grid net)
+    oracle_net: ClassVar[tuple | None] = None
+
+    @staticmethod
+    def oracle_head(out: TensorType, nc: int) -> list | None:
+        """The layers the oracle appends to a body of output `out` so the net ends as this loss
+        needs, with `nc` classes (None: this loss cannot follow such a body): flatten, dense."""
+        head = [("flatten", {})] if out.rank > 2 else []
+        return head + [("dense", {"fan_in": out.size // out.dims[0], "fan_out": nc})]
 
     def __init__(self, kind):
         self.kind = kind              # the config.LossKind (carries the parameter values)

@@ -1,11 +1,23 @@
-"""per_pixel_ce (declared, not lowered yet): softmax cross-entropy per pixel over the class axis
-of logits [B, NC, H, W] against int32 labels [B, H, W], label smoothing allowed (losses.md §1)."""
+"""per_pixel_ce: softmax cross-entropy per pixel over the class axis of logits [B, NC, H, W]
+against int32 labels [B, H, W], label smoothing allowed (losses.md §4.1), N = B·H·W:
+t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / N.  The LM's per-token CE is the same
+loss on logits [B, V, T, 1] and labels [B, T, 1]."""
 from __future__ import annotations
 
 from . import register
-from ._per_pixel import PerPixel
+from ._per_pixel import PerPixel, log_softmax, one_hot
 
 
 @register("per_pixel_ce")
 class PerPixelCE(PerPixel):
     order = 2
+    hp = ("label_smoothing",)
+    # the grid runs it on the LM's layout, logits [B, V, T, 1] (the layer cases on images)
+    oracle_net = ([("conv2d", {"ic": 2, "oc": 3, "k_size": 3, "act": "relu"})], (2, 2, 5, 1))
+    examples = [({"loss_kind": "per_pixel_ce"}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})])]
+
+    @staticmethod
+    def reference(xp, logits, labels, label_smoothing=0.0):
+        b, k, h, w = logits.shape
+        t = (1.0 - label_smoothing) * one_hot(xp, labels, k, logits.dtype) + label_smoothing / k
+        return -(t * log_softmax(xp, logits)).sum() / (b * h * w)

@@ -1,12 +1,12 @@
-"""Declared primitives (shape rule, FLOPs, float64 reference; no template yet) for attention and
-token models: matmul (batched), softmax (scaled, optionally causal), rope, window_bias (Swin's
-relative position bias and shifted-window mask) and embedding (a table lookup)."""
+"""Primitives for attention and token models: matmul (batched), softmax (scaled, optionally
+causal), rope, embedding (a table lookup); window_bias (Swin's relative position bias and
+shifted-window mask) is declared (no template yet)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ShapeError
-from ..types import TensorType
+from ..types import TensorType, flt
 from . import Prim, primitive
 
 
@@ -18,6 +18,8 @@ class Matmul(Prim):
     inputs = ("a", "b_in")
     params = ()
     n_inputs = 2
+    examples = [({}, [TensorType((2, 3, 4, 5)), TensorType((2, 3, 5, 2))], []),
+                ({}, [TensorType((3, 4)), TensorType((4, 2))], [])]
 
     def infer(self, ins, ps):
         a, b = ins
@@ -25,6 +27,10 @@ class Matmul(Prim):
             raise ShapeError(f"cannot multiply {a.shape_str()} by {b.shape_str()}")
         out = TensorType(a.dims[:-1] + (b.dims[-1],))
         return out, 2 * out.size * a.dims[-1]
+
+    def context(self, ins, ps, out):
+        r = ins[0].rank
+        return {"batch": list(range(r - 2)), "m_ax": r - 2, "k_ax": r - 1}
 
     @staticmethod
     def reference(xp, a, b):
@@ -38,12 +44,23 @@ class Softmax(Prim):
     FLOPs 5 per element.  bwd: dx = scale·y·(dy − Σ_j dy·y)."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(scale=0.5, causal=False), [TensorType((2, 3, 4, 5))], []),
+                (dict(scale=0.7, causal=True), [TensorType((2, 2, 4, 4))], []),
+                (dict(scale=1.0, causal=False), [TensorType((3, 6))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
         if self.causal and (x.rank < 2 or x.dims[-1] != x.dims[-2]):
             raise ShapeError(f"a causal mask needs square [.., queries, keys] scores, got {x.shape_str()}")
         return x, 5 * x.size
+
+    def saved(self, ins, ps, out):
+        return [out]          # y: dx needs only the probabilities
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        return {"last": x.rank - 1, "lead": list(range(x.rank - 1)), "r": TensorType(x.dims[:-1]).mlir,
+                "scale_c": flt(self.scale), "qi": TensorType(x.dims, "i32").mlir}
 
     @staticmethod
     def reference(xp, x, scale, causal):
@@ -63,12 +80,28 @@ class Rope(Prim):
     FLOPs 3 per element.  bwd: the inverse rotation of dy."""
     inputs = ("x",)
     params = ()
+    examples = [({}, [TensorType((2, 2, 5, 6))], []), ({}, [TensorType((3, 4))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
         if x.rank < 2 or x.dims[-1] % 2:
             raise ShapeError(f"rope needs an even last axis, got {x.shape_str()}")
         return x, 3 * x.size
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        n, dh = x.dims[-2:]
+        h = TensorType(x.dims[:-1] + (dh // 2,))
+        # θ[n, i] = n·10000^(−2i/dh): the frequencies in float64 here, the product in-graph
+        freqs = [float(10000.0 ** (-2.0 * i / dh)) for i in range(dh // 2)]
+        return {"h": h.mlir, "nd": TensorType((n, dh // 2)).mlir, "half": dh // 2, "dh": dh,
+                "fr": TensorType((dh // 2,)).mlir, "freqs": ", ".join(flt(f) for f in freqs),
+                "ax": x.rank - 1, "tab_dims": [x.rank - 2, x.rank - 1],
+                "lo": ", ".join([f"0:{d}" for d in x.dims[:-1]] + [f"0:{dh // 2}"]),
+                "hi": ", ".join([f"0:{d}" for d in x.dims[:-1]] + [f"{dh // 2}:{dh}"])}
 
     @staticmethod
     def reference(xp, x):
@@ -128,6 +161,8 @@ class Embedding(Prim):
     (the same function; a lowering choice).  FLOPs 1 per output element (the seed's count)."""
     inputs = ("ids",)
     params = ("table",)
+    examples = [(dict(gather=True), [TensorType((2, 3))], [TensorType((5, 4))]),
+                (dict(gather=False), [TensorType((2, 3))], [TensorType((5, 4))])]
 
     def infer(self, ins, ps):
         (ids,), (t,) = ins, ps
@@ -136,6 +171,21 @@ class Embedding(Prim):
         out = TensorType(ids.dims + (t.dims[1],))
         return out, out.size
 
+    def context(self, ins, ps, out):
+        (ids,), (t,) = ins, ps
+        b, n = ids.dims
+        v = t.dims[0]
+        return {"ii": TensorType(ids.dims, "i32").mlir, "hot": TensorType((b, n, v)).mlir,
+                "hoti": TensorType((b, n, v), "i32").mlir, "hotm": TensorType((b, n, v), "i1").mlir,
+                "vmax": v - 1, "d": t.dims[1]}
+
+    def draw(self, rng, t, is_input):
+        if is_input:      # token ids (held in f32); ids are rounded, so this is far from a tie
+            return rng.integers(0, 5, t.dims).astype(np.float32)
+        return super().draw(rng, t, is_input)
+
     @staticmethod
     def reference(xp, ids, table, gather):
-        return table[np.clip(np.asarray(ids), 0, table.shape[0] - 1).astype(np.int64)]
+        # ids rounded to the nearest integer and clamped to the table (the template's order)
+        idx = xp.clip(xp.floor(ids + 0.5), 0, table.shape[0] - 1).astype(np.int32)
+        return table[idx]

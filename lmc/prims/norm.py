@@ -1,6 +1,6 @@
 """batch_norm: per-channel normalization over (batch, height, width) with batch statistics in
 training and running statistics in eval (ε = 1e-5, biased variance, as the Lean kit); and
-layer_norm (declared: no template yet), the same normalization over one axis per position."""
+layer_norm, the same normalization over one axis at every other position."""
 from __future__ import annotations
 
 import numpy as np
@@ -79,14 +79,33 @@ class LayerNorm(Prim):
     FLOPs 8 per element (the seed's count, as batch norm's)."""
     inputs = ("x",)
     params = ("gamma", "beta")
+    examples = [(dict(axis=-1), [TensorType((2, 3, 5))], [TensorType((5,)), TensorType((5,))]),
+                (dict(axis=-1), [TensorType((4, 6))], [TensorType((6,)), TensorType((6,))]),
+                (dict(axis=1), [TensorType((2, 3, 2, 2))], [TensorType((3,)), TensorType((3,))])]
 
     def infer(self, ins, ps):
         (x,) = ins
+        if not -x.rank <= self.axis < x.rank:
+            raise ShapeError(f"layer norm axis {self.axis} does not fit {x.shape_str()}")
         d = x.dims[self.axis]
         for p in ps:
             if p.dims != (d,):
                 raise ShapeError(f"layer norm over {d} features got a parameter of shape {p.shape_str()}")
         return x, 8 * x.size
+
+    def saved(self, ins, ps, out):
+        (x,) = ins
+        return [x, self._rows(x)]     # x̂ (shape of x) and rsqrt(σ²+ε) (x without `axis`)
+
+    def _rows(self, x):
+        ax = self.axis % x.rank
+        return TensorType(x.dims[:ax] + x.dims[ax + 1:])
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        ax = self.axis % x.rank
+        return {"ax": ax, "rest": [d for d in range(x.rank) if d != ax], "inv_d": flt(1.0 / x.dims[ax]),
+                "eps": flt(EPS), "r": self._rows(x).mlir, "c": ps[0].mlir}
 
     @staticmethod
     def reference(xp, x, gamma, beta, axis):

@@ -1,6 +1,7 @@
-"""Declared primitives (shape rule, FLOPs, float64 reference; no template yet): concat,
-transpose, upsample (bilinear), scale, channel_matmul, linear.  Layers built from them are
-counted by `lmc info` and refused by `lmc render` until each has its template."""
+"""Tensor primitives: concat, slice, broadcast and mul (broadcasting) lower; transpose,
+upsample (bilinear), scale, channel_matmul, linear and roll are declared (shape rule, FLOPs,
+float64 reference; no template yet): layers built from them are counted by `lmc info` and
+refused by `lmc render` until each has its template."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,18 +13,40 @@ from . import Prim, primitive
 
 @primitive("concat")
 class Concat(Prim):
-    """y = [a, b, …] joined along `axis` (channels: 1).  bwd: slices of dy."""
-    inputs = ("a", "b")
+    """y = [x0, x1, …] joined along `axis` (any number of inputs, any axis: channels of a
+    feature map, a class token prepended to [B, T, D] on axis 1).  Saves nothing.
+    bwd: dx_i = dy[offset_i : offset_i + n_i] along the axis."""
+    inputs = tuple(f"x{i}" for i in range(16))      # names for the tests; any number is taken
     params = ()
     n_inputs = 2
+    examples = [
+        (dict(axis=1), [TensorType((2, 3, 4, 4)), TensorType((2, 5, 4, 4))], []),
+        (dict(axis=1), [TensorType((2, 1, 4)), TensorType((2, 6, 4))], []),      # a class token on [B, T, D]
+        (dict(axis=2), [TensorType((2, 3, 2)), TensorType((2, 3, 4)), TensorType((2, 3, 1))], []),
+        (dict(axis=0), [TensorType((1, 3)), TensorType((2, 3))], []),
+    ]
 
     def infer(self, ins, ps):
         a = ins[0]
         ax = self.axis
+        if not 0 <= ax < a.rank:
+            raise ShapeError(f"cannot concatenate {a.shape_str()} along axis {ax}")
         for t in ins[1:]:
             if t.rank != a.rank or t.dims[:ax] + t.dims[ax + 1:] != a.dims[:ax] + a.dims[ax + 1:]:
                 raise ShapeError(f"cannot concatenate {a.shape_str()} and {t.shape_str()} along axis {ax}")
         return TensorType(a.dims[:ax] + (sum(t.dims[ax] for t in ins),) + a.dims[ax + 1:]), 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        parts, off = [], 0
+        for t in ins:
+            n = t.dims[self.axis]
+            lim = [f"{off}:{off + n}" if d == self.axis else f"0:{m}" for d, m in enumerate(out.dims)]
+            parts.append(dict(t=t.mlir, limits="[" + ", ".join(lim) + "]"))
+            off += n
+        return {"parts": parts}
 
     @staticmethod
     def reference(xp, *args, axis):
@@ -32,15 +55,28 @@ class Concat(Prim):
 
 @primitive("transpose")
 class Transpose(Prim):
-    """y = x with its axes permuted: y.dims[i] = x.dims[perm[i]]."""
+    """y = x with its axes permuted: y.dims[i] = x.dims[perm[i]].  Saves nothing.
+    bwd: dx = dy permuted back by the inverse permutation."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(perm=(0, 2, 3, 1)), [TensorType((2, 3, 4, 5))], []),
+                (dict(perm=(0, 2, 1, 3)), [TensorType((2, 3, 4, 2))], []),
+                (dict(perm=(0, 2, 1)), [TensorType((2, 3, 4))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
         if sorted(self.perm) != list(range(x.rank)):
             raise ShapeError(f"permutation {list(self.perm)} does not fit {x.shape_str()}")
         return TensorType(tuple(x.dims[p] for p in self.perm)), 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        inv = [0] * len(self.perm)
+        for i, p in enumerate(self.perm):
+            inv[p] = i
+        return {"perm": list(self.perm), "inv": inv}
 
     @staticmethod
     def reference(xp, x, perm):
@@ -82,15 +118,20 @@ class Upsample(Prim):
 
 @primitive("scale")
 class Scale(Prim):
-    """y = x · s broadcast along dim 1 (a per-channel scale, e.g. ConvNeXt's LayerScale)."""
+    """y = x · s broadcast along dim 1 (a per-channel scale, e.g. ConvNeXt's LayerScale).
+    Saves x.  bwd: dx = dy·s, ds = Σ_{all dims but 1} dy·x."""
     inputs = ("x",)
     params = ("s",)
+    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))])]
 
     def infer(self, ins, ps):
         (x,), (s,) = ins, ps
         if x.rank < 2 or s.dims != (x.dims[1],):
             raise ShapeError(f"scale of shape {s.shape_str()} does not match {x.shape_str()}")
         return x, x.size
+
+    def context(self, ins, ps, out):
+        return {"other_dims": [d for d in range(ins[0].rank) if d != 1]}
 
     @staticmethod
     def reference(xp, x, s):
@@ -99,9 +140,11 @@ class Scale(Prim):
 
 @primitive("channel_matmul")
 class ChannelMatmul(Prim):
-    """y[b, o, …] = Σ_c w[o, c]·x[b, c, …]: a 1×1 convolution whose weight is stored [O, C]."""
+    """y[b, o, …] = Σ_c w[o, c]·x[b, c, …]: a 1×1 convolution whose weight is stored [O, C].
+    Saves x.  bwd: dx[b, c, …] = Σ_o w[o, c]·dy[b, o, …], dw[o, c] = Σ_{b, …} dy[b, o, …]·x[b, c, …]."""
     inputs = ("x",)
     params = ("w",)
+    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((6, 3))]), ({}, [TensorType((3, 4))], [TensorType((2, 4))])]
 
     def infer(self, ins, ps):
         (x,), (w,) = ins, ps
@@ -109,6 +152,13 @@ class ChannelMatmul(Prim):
             raise ShapeError(f"a [{', '.join(map(str, w.dims))}] channel matmul does not fit {x.shape_str()}")
         out = TensorType((x.dims[0], w.dims[0]) + x.dims[2:])
         return out, 2 * out.size * w.dims[1]
+
+    def context(self, ins, ps, out):
+        (x,), (w,) = ins, ps
+        r = x.rank
+        last = (x.dims[0],) + x.dims[2:] + (w.dims[0],)     # dot_general's [B, …, O]
+        return {"yt": TensorType(last).mlir, "xt": TensorType(last[:-1] + (x.dims[1],)).mlir, "rest": [0] + list(range(2, r)),
+                "to_y": [0, r - 1] + list(range(1, r - 1)), "to_last": [0] + list(range(2, r)) + [1]}
 
     @staticmethod
     def reference(xp, x, w):
@@ -118,9 +168,13 @@ class ChannelMatmul(Prim):
 @primitive("linear")
 class Linear(Prim):
     """y = x·w (+ b) over the last axis: x [..., K], w [K, N], b [N] → [..., N]
-    (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted)."""
+    (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted).
+    Saves x.  bwd: dx = dy·wᵀ, dw = Σ_rows xᵀ·dy, db = Σ_rows dy."""
     inputs = ("x",)
     params = ("w", "b")
+    examples = [({}, [TensorType((2, 3, 4))], [TensorType((4, 5)), TensorType((5,))]),
+                ({}, [TensorType((2, 3, 4))], [TensorType((4, 5))]),
+                ({}, [TensorType((3, 4))], [TensorType((4, 2)), TensorType((2,))])]
 
     def infer(self, ins, ps):
         x, w = ins[0], ps[0]
@@ -130,6 +184,10 @@ class Linear(Prim):
             raise ShapeError(f"bias of shape {ps[1].shape_str()} does not match [{w.dims[1]}] outputs")
         return TensorType(x.dims[:-1] + (w.dims[1],)), 2 * (x.size // w.dims[0]) * w.dims[0] * w.dims[1]
 
+    def context(self, ins, ps, out):
+        r = ins[0].rank
+        return {"has_b": len(ps) > 1, "lead": list(range(r - 1)), "k_ax": r - 1}
+
     @staticmethod
     def reference(xp, x, w, b=None):
         return x @ w if b is None else x @ w + b
@@ -138,9 +196,15 @@ class Linear(Prim):
 @primitive("slice")
 class Slice(Prim):
     """y = x[start₀:limit₀, start₁:limit₁, …] (every axis given, unit strides): a branch of a
-    channel split, token 0, the last input channel.  bwd: dy padded back with zeros."""
+    channel split, token 0, the last input channel.  Saves nothing.
+    bwd: dx = dy padded back with zeros (low = start, high = dims − limit)."""
     inputs = ("x",)
     params = ()
+    examples = [
+        (dict(start=(0, 2, 0, 0), limit=(2, 5, 3, 3)), [TensorType((2, 6, 3, 3))], []),   # channels
+        (dict(start=(0, 0, 0), limit=(2, 1, 4)), [TensorType((2, 5, 4))], []),            # token 0
+        (dict(start=(1, 1, 2), limit=(3, 4, 4)), [TensorType((3, 5, 4))], []),            # every axis
+    ]
 
     def infer(self, ins, ps):
         (x,) = ins
@@ -149,18 +213,44 @@ class Slice(Prim):
             raise ShapeError(f"slice {list(self.start)}:{list(self.limit)} does not fit {x.shape_str()}")
         return TensorType(tuple(b - a for a, b in zip(self.start, self.limit))), 0
 
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        return {"limits": "[" + ", ".join(f"{a}:{b}" for a, b in zip(self.start, self.limit)) + "]",
+                "low": list(self.start), "high": [n - b for n, b in zip(x.dims, self.limit)],
+                "interior": [0] * x.rank}
+
     @staticmethod
     def reference(xp, x, start, limit):
         return x[tuple(slice(a, b) for a, b in zip(start, limit))]
+
+
+def _broadcast(a: TensorType, out: TensorType) -> dict:
+    """How `a` broadcasts to `out` (NumPy rules): broadcast_in_dim's dims (a's axes onto out's
+    trailing ones), the axes of out a gradient sums over (the leading ones and those where a has
+    size 1 but out does not), and the type of that sum before it is reshaped to a."""
+    lead = out.rank - a.rank
+    axes = list(range(lead)) + [lead + i for i, n in enumerate(a.dims) if n == 1 and out.dims[lead + i] != 1]
+    kept = TensorType(tuple(m for d, m in enumerate(out.dims) if d not in axes))
+    return {"bdims": list(range(lead, out.rank)), "axes": axes, "kept": kept.mlir,
+            "same": a.dims == out.dims}
 
 
 @primitive("broadcast")
 class Broadcast(Prim):
     """y = a broadcast to `dims` (NumPy rules: trailing axes aligned, size-1 axes stretched).
     `a` is the input, or a parameter used as a value (a class token, a position table, learned
-    queries).  bwd: dy summed over the broadcast axes."""
+    queries).  Saves nothing.  bwd: da = dy summed over the broadcast axes, reshaped to a."""
     inputs = ("a",)
     params = ()
+    examples = [
+        (dict(dims=(2, 3, 4, 4)), [TensorType((2, 3, 1, 1))], []),        # a pooled map back to H, W
+        (dict(dims=(2, 1, 5)), [], [TensorType((5,))]),                  # a parameter: the class token
+        (dict(dims=(2, 4, 3)), [], [TensorType((4, 3))]),                # learned queries / positions
+        (dict(dims=(3, 2, 4)), [TensorType((3, 1, 4))], []),             # a middle axis
+    ]
 
     def infer(self, ins, ps):
         (a,) = list(ins) + list(ps)
@@ -170,6 +260,14 @@ class Broadcast(Prim):
             raise ShapeError(f"cannot broadcast {a.shape_str()} to {TensorType(dims).shape_str()}")
         return TensorType(dims), 0
 
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (a,) = list(ins) + list(ps)
+        # a parameter reaches bwd as an argument (bwd(dy, saved..., params...)), unused
+        return {"a": a.mlir, "is_param": bool(ps), **_broadcast(a, out)}
+
     @staticmethod
     def reference(xp, a, dims):
         return xp.broadcast_to(a, tuple(dims))
@@ -178,10 +276,17 @@ class Broadcast(Prim):
 @primitive("mul")
 class Mul(Prim):
     """y = a · b elementwise, b broadcast to a's shape (NumPy rules): a gate [B, C, 1, 1] on a
-    feature map, a sigmoid gate on its tanh twin.  bwd: da = dy·b, db = Σ_broadcast dy·a."""
+    feature map, a sigmoid gate on its tanh twin.  Saves a and b.
+    bwd: da = dy·b,  db = Σ_broadcast axes dy·a (reshaped to b)."""
     inputs = ("a", "b_in")
     params = ()
     n_inputs = 2
+    examples = [
+        ({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 4, 4))], []),   # same shape
+        ({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 1, 1))], []),   # squeeze-excite gate
+        ({}, [TensorType((2, 5, 4)), TensorType((4,))], []),              # leading axes
+        ({}, [TensorType((2, 5, 4)), TensorType((5, 1))], []),            # both kinds
+    ]
 
     def infer(self, ins, ps):
         a, b = ins
@@ -189,6 +294,9 @@ class Mul(Prim):
         if lead < 0 or any(n not in (1, m) for n, m in zip(b.dims, a.dims[lead:])):
             raise ShapeError(f"cannot multiply {a.shape_str()} by {b.shape_str()}")
         return a, a.size
+
+    def context(self, ins, ps, out):
+        return _broadcast(ins[1], out)
 
     @staticmethod
     def reference(xp, a, b):
