@@ -45,7 +45,7 @@ METRICS = "metrics.jsonl"
 _UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
                 "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob", "val_every_epochs")
+                "fpn_affine_prob", "val_every_epochs", "spectral_cap", "fp8")
 
 
 @dataclass
@@ -477,6 +477,16 @@ class Trainer:
         """The data pipeline's labels → the loss's label tensor (class ids, soft targets, …)."""
         return self.abi.loss.fit_labels(y, self.net.num_classes or 1, self.cfg)
 
+    def noised(self, x):
+        """train.gaussian_noise_sigma σ > 0: x + N(0, σ²I), host side, every batch (randomized
+        smoothing's matched noise, lmc certify); drawn from (seed, step), so a resumed run
+        draws what the uninterrupted one did."""
+        sigma = self.cfg.gaussian_noise_sigma
+        if not sigma:
+            return x
+        rng = np.random.default_rng([self.cfg.seed, 0x6A55, self.step])
+        return (x + np.float32(sigma) * rng.standard_normal(x.shape, dtype=np.float32)).astype(np.float32)
+
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
         nP, nO, nE = len(self.P), len(self.O), len(self.E)
@@ -546,7 +556,7 @@ class Trainer:
                     for x, y in it:
                         self.step += 1
                         lr = self.lr_at(self.step)
-                        loss_d, corr_d = step_fn(x, y, lr)
+                        loss_d, corr_d = step_fn(self.noised(x), y, lr)
                         self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))
                         self.batch += 1
                         steps_epoch += 1

@@ -209,3 +209,106 @@ def test_trust_tools_refuse_a_checkpoint_of_another_spec(trained):
     ckpt, _ = trained
     r = run("attack", ROOT / "specs" / "digits_cnn.yaml", "--init", ckpt, "--eps", "0.1")
     assert r.exit_code == 2 and "does not match the spec" in r.stderr, r.output
+
+
+# ------------------------------------------------------------------ lmc certify
+
+@pytest.mark.iree
+def test_certify_json_follows_cohen(trained):
+    """Each example: pA_lower is the Clopper–Pearson bound of its count, radius σ·Φ⁻¹(pA_lower)
+    (Φ⁻¹ from the standard library, not scipy), abstention exactly when pA_lower ≤ ½; the
+    certified accuracy at r counts the correct certificates with radius ≥ r."""
+    from statistics import NormalDist
+    ckpt, _ = trained
+    sigma, n, alpha = 0.25, 400, 0.01
+    r = run("certify", MLP, "--init", ckpt, "--sigma", sigma, "--n0", 20, "--n", n, "--alpha", alpha,
+            "--limit", 40, "--radii", "0,0.25", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    ex = d["examples"]
+    assert len(ex) == 40 and [e["index"] for e in ex] == list(range(40))
+    cap = sigma * NormalDist().inv_cdf(alpha ** (1 / n))
+    for e in ex:
+        assert 0 <= e["count"] <= n
+        assert e["pA_lower"] == pytest.approx(clopper_pearson_lower(e["count"], n, alpha))
+        if e["pA_lower"] > 0.5:
+            assert e["pred"] >= 0 and e["radius"] == pytest.approx(sigma * NormalDist().inv_cdf(e["pA_lower"]), rel=1e-9)
+            assert e["radius"] <= cap + 1e-12
+        else:
+            assert e["pred"] == -1 and e["radius"] == 0 and not e["correct"]
+        assert e["correct"] == (e["pred"] == e["label"])
+    for c in d["certified"]:
+        assert c["top1"] == sum(e["correct"] and e["radius"] >= c["radius"] for e in ex) / 40
+    assert d["certified"][0]["top1"] > 0.8 > d["certified"][1]["top1"] > 0     # certifies, and less at 0.25
+    # the table
+    r = run("certify", MLP, "--init", ckpt, "--sigma", sigma, "--n0", 20, "--n", n, "--limit", 10)
+    assert r.exit_code == 0 and "abstained on" in r.stdout
+
+
+@pytest.mark.iree
+def test_no_adversarial_example_inside_a_certified_radius(trained):
+    """The certificate against the attack: for every example certified at L2 radius R, PGD-L2
+    (20 steps on the base net, away from the certified class) at ε = k·R for k = 1, 2, 4, 8
+    yields points x'; wherever the smoothed classifier's majority vote at x' is another class
+    (an adversarial example of the smoothed net), ‖x' − x‖₂ exceeds R.  Some votes must flip,
+    else the check has no teeth."""
+    from lmc.infer import infer
+    from lmc.lower import abi
+    from lmc.spec import load_spec
+    from lmc.trust.attack import pgd_batch
+    from lmc.trust.certify import _votes, certify
+    from lmc.trust.model import load_model, pad
+    ckpt, _ = trained
+    net = infer(load_spec(MLP))
+    m = load_model(net, ckpt, None, None, None, lambda t: None, "input_grad", limit=64)
+    sigma = 0.25
+    certs = certify(m, sigma, n0=50, n=500, alpha=0.001)
+    cert = [c for c in certs if c.pred >= 0]
+    assert len(cert) > 40
+    a = abi(net)
+    hp = a.hp_vector(net.spec.train, 0.0, 1)
+    R = np.array([c.radius for c in certs])
+    labels = a.loss.fit_labels(pad(np.array([max(c.pred, 0) for c in certs]), m.batch), m.num_classes,
+                               net.spec.train)
+    flips = 0
+    for k in (1, 2, 4, 8):
+        xa = pgd_batch(m, m.x, labels, k * R, "l2", 20, 2.5 * k * R / 20, np.random.default_rng(k), hp, m.bounds)
+        dist = np.sqrt(((xa - m.x).astype(np.float64) ** 2).reshape(len(xa), -1).sum(1))
+        for c in cert:
+            assert dist[c.index] <= k * c.radius * (1 + 1e-5)
+            votes = _votes(m, xa[c.index], sigma, 500, np.random.default_rng([7, k, c.index]))
+            if int(np.argmax(votes)) != c.pred:
+                flips += 1
+                assert dist[c.index] > c.radius, (c, k, dist[c.index], votes)
+    assert flips > 0
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--sigma", "0"], "--sigma must be > 0"),
+    (["--sigma", "-1"], "--sigma must be > 0"),
+    (["--sigma", "0.25", "--n0", "100", "--n", "50"], "--n (50) must be at least --n0 (100)"),
+    (["--sigma", "0.25", "--alpha", "0.7"], "--alpha must be in (0, 0.5)"),
+])
+def test_certify_refuses_nonsense(tmp_path, args, msg):
+    r = run("certify", MLP, "--init", tmp_path / "none.npz", *args)
+    assert r.exit_code == 2 and msg in r.stderr, r.output
+
+
+@pytest.mark.iree
+def test_gaussian_noise_sigma_trains_on_noisy_batches(tmp_path):
+    """train.gaussian_noise_sigma: the losses change (the batches are noisy), a second run draws
+    the same noise (seeded by step), and a resumed run repeats the uninterrupted one."""
+    def losses(out, *extra):
+        r = run("train", MLP, "--out", out, "--epochs", 2, *extra)
+        assert r.exit_code == 0, r.output
+        return [x["loss"] for x in _records(out, "step")]
+    plain = losses(tmp_path / "a")
+    sig = ["--set", "train.gaussian_noise_sigma=0.5"]
+    noisy = losses(tmp_path / "b", *sig)
+    assert noisy == losses(tmp_path / "c", *sig)
+    assert len(noisy) == len(plain) and noisy[0] != plain[0] and np.mean(noisy[-10:]) > np.mean(plain[-10:])
+    r = run("train", MLP, "--out", tmp_path / "d", "--epochs", 2, "--steps", 30, *sig)
+    assert r.exit_code == 0, r.output
+    r = run("train", MLP, "--out", tmp_path / "d", "--epochs", 2, "--resume", *sig)
+    assert r.exit_code == 0, r.output
+    assert [x["loss"] for x in _records(tmp_path / "d", "step")] == noisy

@@ -63,30 +63,53 @@ def _norms(d: np.ndarray, norm: str) -> np.ndarray:
     return np.abs(flat).max(axis=1) if norm == "linf" else np.sqrt((flat ** 2).sum(axis=1))
 
 
-def _start(rng, x: np.ndarray, eps: float, norm: str) -> np.ndarray:
-    """A uniform random point of the ε-ball around each row of x."""
-    if eps == 0:
+def _rows(v, x: np.ndarray) -> np.ndarray:
+    """A scalar or per-row vector shaped to broadcast against x's rows."""
+    return np.broadcast_to(np.asarray(v, np.float64), (len(x),)).reshape((-1,) + (1,) * (x.ndim - 1))
+
+
+def _start(rng, x: np.ndarray, eps, norm: str) -> np.ndarray:
+    """A uniform random point of the ε-ball around each row of x (ε a scalar or one per row)."""
+    e = _rows(eps, x)
+    if not e.any():
         return np.zeros_like(x)
     if norm == "linf":
-        return rng.uniform(-eps, eps, x.shape).astype(np.float32)
+        return (rng.uniform(-1, 1, x.shape) * e).astype(np.float32)
     d = int(np.prod(x.shape[1:]))
     g = rng.standard_normal(x.shape)
-    g /= np.maximum(_norms(g, "l2"), 1e-30).reshape((-1,) + (1,) * (x.ndim - 1))
-    r = eps * rng.uniform(0, 1, len(x)) ** (1.0 / d)
-    return (g * r.reshape((-1,) + (1,) * (x.ndim - 1))).astype(np.float32)
+    g /= _rows(np.maximum(_norms(g, "l2"), 1e-30), x)
+    r = rng.uniform(0, 1, len(x)) ** (1.0 / d)
+    return (g * _rows(r, x) * e).astype(np.float32)
 
 
 def project(x_adv: np.ndarray, x: np.ndarray, eps: float, norm: str, lo: float, hi: float) -> np.ndarray:
     """Onto the ε-ball around x, then onto [lo, hi].  The clip keeps an L2 point in the ball:
     x itself lies in the box, so clipping only moves each coordinate towards x's."""
     d = x_adv - x
+    e = _rows(eps, x)
     if norm == "linf":
-        d = np.clip(d, -eps, eps)
+        d = np.clip(d, -e, e)
     else:
-        n = _norms(d, "l2")
-        scale = np.where(n > eps, eps / np.maximum(n, 1e-30), 1.0)
-        d = d * scale.reshape((-1,) + (1,) * (x.ndim - 1))
+        n = _rows(_norms(d, "l2"), x)
+        d = d * np.where(n > e, e / np.maximum(n, 1e-30), 1.0)
     return np.clip(x + d, lo, hi).astype(np.float32)
+
+
+def pgd_batch(m: Model, x: np.ndarray, labels: np.ndarray, eps, norm: str, steps: int, alpha, rng,
+              hp: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """One restart of PGD on one full batch: candidates within ε (scalar or per row) of x that
+    raise the loss of `labels` (the loss's label tensor)."""
+    lo, hi = bounds
+    a = _rows(alpha, x)
+    xa = project(x + _start(rng, x, eps, norm), x, eps, norm, lo, hi)
+    for _ in range(steps if np.any(np.asarray(eps) > 0) else 0):
+        _, g = m.input_grad(xa, labels, hp)
+        if norm == "linf":
+            step = np.sign(g)
+        else:
+            step = g / _rows(np.maximum(_norms(g, "l2"), 1e-30), g)
+        xa = project(xa + a * step, x, eps, norm, lo, hi)
+    return xa
 
 
 def clean_correct(m: Model) -> np.ndarray:
@@ -106,7 +129,7 @@ def pgd(m: Model, eps_list: list[float], norm: str = "linf", steps: int = 10, st
     from ..lower import abi
     a = abi(m.net)
     hp = a.hp_vector(cfg, 0.0, 1)
-    lo, hi = bounds if bounds is not None else m.bounds
+    bounds = bounds if bounds is not None else m.bounds
     clean = clean_correct(m)
     n = len(m.x)
     robust = clean.astype(bool)
@@ -119,14 +142,7 @@ def pgd(m: Model, eps_list: list[float], norm: str = "linf", steps: int = 10, st
             for s, e in batches(n, m.batch):
                 x = pad(m.x[s:e], m.batch)
                 labels = a.loss.fit_labels(pad(m.y[s:e], m.batch), m.num_classes, cfg)
-                xa = project(x + _start(rng, x, eps, norm), x, eps, norm, lo, hi)
-                for _ in range(steps if eps > 0 else 0):
-                    _, g = m.input_grad(xa, labels, hp)
-                    if norm == "linf":
-                        step = np.sign(g)
-                    else:
-                        step = g / np.maximum(_norms(g, "l2"), 1e-30).reshape((-1,) + (1,) * (g.ndim - 1))
-                    xa = project(xa + alpha * step, x, eps, norm, lo, hi)
+                xa = pgd_batch(m, x, labels, eps, norm, steps, alpha, rng, hp, bounds)
                 pred = np.argmax(m.logits(xa)[:e - s], axis=1)
                 broke = (pred != m.y[s:e]) & robust[s:e]
                 first[s:e] = np.where(broke, _norms((xa - x)[:e - s], norm), first[s:e])

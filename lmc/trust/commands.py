@@ -121,3 +121,48 @@ def attack(spec: SpecArg,
         d = r.as_dict()
         t.add_row(f"{r.eps:g}", _pct(d["top1"]), _ci(d["top1_ci"]), f"{r.correct:,}/{n:,}")
     console.print(t)
+
+
+@app.command(cls=_Command)
+def certify(spec: SpecArg,
+            init: InitOpt,
+            sigma: Annotated[float, typer.Option(help="Standard deviation σ of the Gaussian noise (in the data's units); train with train.gaussian_noise_sigma: σ.")],
+            n0: Annotated[int, typer.Option(help="Noisy forwards per example that select the top class.")] = 100,
+            n: Annotated[int, typer.Option(help="Noisy forwards per example that estimate its probability (≥ n0).")] = 10000,
+            alpha: Annotated[float, typer.Option(help="Failure probability α of each certificate (one-sided Clopper–Pearson level).")] = 0.001,
+            radii: Annotated[str, typer.Option(help="Comma-separated L2 radii at which to report certified accuracy.")] = "0,0.25,0.5,0.75,1",
+            limit: LimitOpt = None,
+            seed: SeedOpt = 0,
+            region: RegionOpt = "auto",
+            backend: BackendOpt = None,
+            chip: ChipOpt = None,
+            data: DataOpt = None,
+            batch: BatchOpt = None,
+            as_json: JsonOpt = False,
+            set: SetOpt = None) -> None:
+    """Certify a classifier by randomized smoothing (Cohen et al. 2019): an L2 radius per example.
+
+    Each certificate holds with probability ≥ 1 − α; abstentions (p_A ≤ ½) count as wrong."""
+    from .certify import certified_accuracy, check_args, certify as run_certify, radius_cap
+    from .model import load_model
+    with user_errors():
+        rs = _floats(radii, "--radii")
+        check_args(sigma, n0, n, alpha, rs)
+        net = _load(spec, set, batch)
+        m = load_model(net, init, data, backend, chip, _log, "forward", region, limit)
+        certs = run_certify(m, sigma, n0, n, alpha, seed, log=_log)
+    acc = certified_accuracy(certs, rs)
+    if as_json:
+        print(json.dumps({"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed,
+                          "examples": [c.as_dict() for c in certs],
+                          "certified": [{k: a[k] for k in ("radius", "top1", "correct", "n")} for a in acc]}))
+        return
+    abstain = sum(c.pred < 0 for c in certs)
+    t = Table(title=f"randomized smoothing, σ = {sigma:g}, n = {n:,}, α = {alpha:g}, on {len(certs):,} examples")
+    for c in ("L2 radius", "certified top-1", "95% CI (Wilson)", "certified"):
+        t.add_column(c)
+    for a in acc:
+        t.add_row(f"{a['radius']:g}", _pct(a["top1"]), _ci(wilson95(a["correct"], a["n"])), f"{a['correct']:,}/{a['n']:,}")
+    console.print(t)
+    console.print(f"abstained on {abstain:,} of {len(certs):,}; the largest radius {n:,} draws can certify is "
+                  f"{radius_cap(sigma, n, alpha):.3g} (σ·Φ⁻¹(α^(1/n)))", markup=False)
