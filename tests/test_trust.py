@@ -312,3 +312,102 @@ def test_gaussian_noise_sigma_trains_on_noisy_batches(tmp_path):
     r = run("train", MLP, "--out", tmp_path / "d", "--epochs", 2, "--resume", *sig)
     assert r.exit_code == 0, r.output
     assert [x["loss"] for x in _records(tmp_path / "d", "step")] == noisy
+
+
+# ------------------------------------------------------------------ lmc lipschitz
+
+def test_conv_tap_sum_bounds_the_conv_operator_norm():
+    """The tap-sum bound ≥ the true operator norm of the conv (its matrix built here by
+    applying a direct numpy conv, stride 1 and 2, zero padding 1, to every basis input)."""
+    from lmc.trust.lipschitz import conv_tap_sum
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 2, 3, 3))
+
+    def conv(x, stride):
+        xp = np.pad(x, ((0, 0), (1, 1), (1, 1)))
+        oh = (xp.shape[1] - 3) // stride + 1
+        y = np.zeros((3, oh, oh))
+        for i in range(oh):
+            for j in range(oh):
+                y[:, i, j] = np.einsum("oikl,ikl->o", w, xp[:, i * stride:i * stride + 3, j * stride:j * stride + 3])
+        return y.ravel()
+
+    for stride in (1, 2):
+        A = np.stack([conv(e.reshape(2, 5, 5), stride) for e in np.eye(50)], axis=1)
+        true = np.linalg.norm(A, 2)
+        assert true <= conv_tap_sum(w) and true > 0.3 * conv_tap_sum(w)
+
+
+@pytest.mark.iree
+def test_lipschitz_is_the_product_of_spectral_norms_and_sound(trained):
+    """For the MLP, L = ∏ numpy ‖W‖₂ of the checkpoint's dense weights; and PGD-L2 at each
+    example's certified radius never flips the prediction (it does at 8× the radius)."""
+    ckpt, clean = trained
+    r = run("lipschitz", MLP, "--init", ckpt, "--json", "--radii", "0,0.05,0.1,5")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    with np.load(ckpt) as f:
+        norms = [np.linalg.norm(f[f"{i:02d}.dense.weight"].astype(np.float64), 2) for i in range(3)]
+    assert [l["name"] for l in d["layers"]] == ["00.dense", "01.dense", "02.dense"]
+    assert [l["bound"] for l in d["layers"]] == pytest.approx(norms, rel=1e-12)
+    assert d["L"] == pytest.approx(np.prod(norms), rel=1e-12)
+    acc = {c["radius"]: c for c in d["certified"]}
+    assert acc[0]["correct"] == clean and acc[0.1]["correct"] <= acc[0.05]["correct"] <= clean
+    assert d["vacuous_at"] == [5.0]
+    r = run("lipschitz", MLP, "--init", ckpt, "--radii", "5")
+    assert "the certificate is vacuous at radius 5" in " ".join(r.stdout.split())
+
+    from lmc.infer import infer
+    from lmc.lower import abi
+    from lmc.spec import load_spec
+    from lmc.trust.attack import pgd_batch
+    from lmc.trust.lipschitz import lipschitz, margin_radii
+    from lmc.trust.model import load_model, pad
+    net = infer(load_spec(MLP))
+    m = load_model(net, ckpt, None, None, None, lambda t: None, "input_grad", limit=64)
+    L, _, _ = lipschitz(net, m.params, [])
+    logits = m.logits(m.x)
+    R = margin_radii(logits, m.y, L)
+    a = abi(net)
+    hp = a.hp_vector(net.spec.train, 0.0, 1)
+    labels = a.loss.fit_labels(pad(m.y, m.batch), m.num_classes, net.spec.train)
+    flips = {}
+    for k in (1, 8):
+        xa = pgd_batch(m, m.x, labels, k * R, "l2", 20, 2.5 * k * R / 20, np.random.default_rng(k), hp, m.bounds)
+        pred = np.argmax(m.logits(xa), axis=1)
+        flips[k] = int(((pred != m.y) & (R > 0)).sum())
+    assert flips[1] == 0 and flips[8] > 0, flips
+
+
+def test_lipschitz_walks_a_conv_bn_net_and_refuses_what_it_cannot_bound(tmp_path):
+    """digits_cnn (conv_bn, max_pool, flatten, dense): a chain, so L is the product of the
+    layers' bounds; a conv_bn layer's bound is its tap sum × max|γ|/√(var + ε); a residual add
+    sums its branches; an activation without a known bound is refused."""
+    from lmc.infer import infer
+    from lmc.init import init_tensors
+    from lmc.prims.norm import EPS
+    from lmc.spec import load_spec
+    from lmc.errors import LmcError
+    from lmc.trust.lipschitz import conv_tap_sum, lipschitz
+    net = infer(load_spec(ROOT / "specs" / "digits_cnn.yaml"))
+    params, state = init_tensors(net, 0)
+    rng = np.random.default_rng(0)
+    state = [rng.uniform(0.5, 2.0, s.shape).astype(np.float32) for s in state]
+    P = {p.name: a for p, a in zip(net.params, params)}
+    S = {s.name: a for s, a in zip(net.state, state)}
+    L, prims, layers = lipschitz(net, params, state)
+    assert L == pytest.approx(np.prod([l["bound"] for l in layers]), rel=1e-9)
+    assert {b.prim for b in prims} == {"conv", "batch_norm", "act", "max_pool", "reshape", "dense"}
+    var = S["00.conv_bn.running_var"].astype(np.float64)
+    want = conv_tap_sum(P["00.conv_bn.weight"]) * np.max(np.abs(P["00.conv_bn.gamma"]) / np.sqrt(var + EPS))
+    assert layers[0] == {"name": "00.conv_bn", "bound": pytest.approx(want, rel=1e-9)}
+    res = infer(load_spec("r.yaml", text="name: r\ninput: {channels: 2, height: 4, width: 4}\nlayers:\n"
+                          "  - residual_block: {ic: 2, oc: 2, n_blocks: 1}\n  - global_avg_pool\n"
+                          "  - dense: {fan_in: 2, fan_out: 3}\n"))
+    p, s = init_tensors(res, 0)
+    Lr, prims, layers = lipschitz(res, p, s)
+    assert "add" in {b.prim for b in prims} and Lr == pytest.approx(np.prod([l["bound"] for l in layers]), rel=1e-9)
+    gelu = infer(load_spec("g.yaml", text="name: g\ninput: {features: 4}\nlayers:\n"
+                           "  - dense: {fan_in: 4, fan_out: 4, act: gelu}\n  - dense: {fan_in: 4, fan_out: 3}\n"))
+    with pytest.raises(LmcError, match=r"layer 0 \(dense\): no Lipschitz bound for the primitive act \(gelu\)"):
+        lipschitz(gelu, *init_tensors(gelu, 0))
