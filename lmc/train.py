@@ -45,7 +45,7 @@ METRICS = "metrics.jsonl"
 _UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
                 "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob", "val_every_epochs", "spectral_cap", "fp8")
+                "fpn_affine_prob", "val_every_epochs", "fp8")
 
 
 @dataclass
@@ -87,6 +87,8 @@ def check_recipe(cfg) -> None:
     if on:
         raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
                          hint="remove these fields from the recipe (or set them to their defaults)")
+    if cfg.spectral_cap > 0 and cfg.grad_accum_steps > 1:
+        raise TrainError("not implemented yet: train.spectral_cap with grad_accum_steps > 1")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
         raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
 
@@ -304,6 +306,8 @@ class Trainer:
             out += ["swa_sq", "swag_dev"]
         if self.abi.accum > 1:
             out.append("grad_acc")
+        if cfg.spectral_cap > 0:
+            out.append("spectral_u")
         return out
 
     def _setup_regions(self, params):
@@ -322,6 +326,14 @@ class Trainer:
         self.Q = [up(a) for a in region("swa_sq", zeros)] if self.cfg.use_swag else []
         self.G = [up(a) for a in region("grad_acc", zeros)] if self.abi.accum > 1 else []
         self.swa_n = int(self.resumed.meta.get("swa_n", 0)) if self.resumed is not None else 0
+        # spectral_cap: the capped weights' power-iteration vectors (warm starts)
+        self.caps, self.U = [], []
+        if self.cfg.spectral_cap > 0:
+            from .trust.spectral import capped, initial_u
+            self.caps = capped(self.net)
+            U = ([got["spectral_u"][c.param.name] for c in self.caps] if "spectral_u" in got
+                 else initial_u(self.caps, self.cfg.seed))
+            self.U = [up(a) for a in U]
         # SWAG's last K deviations θ − swa, host side (only sampling at eval reads them)
         self.devs = []
         if self.cfg.use_swag and "swag_dev" in got:
@@ -334,11 +346,25 @@ class Trainer:
         for r, arrays in (("ema", self.E), ("swa", self.A), ("swa_sq", self.Q), ("grad_acc", self.G)):
             if r in self.regions():
                 out[r] = dict(zip(names, _to_host(arrays)))
+        if self.caps:
+            out["spectral_u"] = {c.param.name: u for c, u in zip(self.caps, _to_host(self.U))}
         if self.cfg.use_swag:
             out["swag_dev"] = {n: (np.stack([d[i] for d in self.devs]) if self.devs else
                                    np.zeros((0,) + p.type.dims, np.float32))
                                for i, (n, p) in enumerate(zip(names, self.net.params))}
         return out
+
+    def project(self, calls: int = 1):
+        """train.spectral_cap: `calls` rounds of @spectral_project on the capped weights."""
+        idx = {p.name: i for i, p in enumerate(self.net.params)}
+        W = [self.P[idx[c.param.name]] for c in self.caps]
+        cap = np.asarray(self.cfg.spectral_cap, np.float32)     # rank 0
+        for _ in range(calls):
+            out = list(self.module.spectral_project(*W, *self.U, cap))
+            W, self.U = out[:len(W)], out[len(W):]
+        self.P = list(self.P)
+        for c, w in zip(self.caps, W):
+            self.P[idx[c.param.name]] = w
 
     def swa_update(self):
         """End of an epoch ≥ swa_start_epoch: swa ← swa + (θ − swa)/(n + 1) (and SWAG's mean of
@@ -453,6 +479,11 @@ class Trainer:
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
+        if self.caps and self.steps_run and self.step >= self.total:
+            # spectral_cap's last projection, with more power iterations; scored again below
+            from .trust.spectral import FINAL_CALLS
+            self.project(FINAL_CALLS)
+            self.last_eval_step = None
         # always end with an eval and a checkpoint of the final state (unless just done)
         final_region = self.eval_region(final=True)
         if self.last_eval_step != self.step or self.last_eval is None or \
@@ -557,6 +588,8 @@ class Trainer:
                         self.step += 1
                         lr = self.lr_at(self.step)
                         loss_d, corr_d = step_fn(self.noised(x), y, lr)
+                        if self.caps and self.step % cfg.spectral_every == 0:
+                            self.project()
                         self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))
                         self.batch += 1
                         steps_epoch += 1

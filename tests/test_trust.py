@@ -411,3 +411,86 @@ def test_lipschitz_walks_a_conv_bn_net_and_refuses_what_it_cannot_bound(tmp_path
                            "  - dense: {fan_in: 4, fan_out: 4, act: gelu}\n  - dense: {fan_in: 4, fan_out: 3}\n"))
     with pytest.raises(LmcError, match=r"layer 0 \(dense\): no Lipschitz bound for the primitive act \(gelu\)"):
         lipschitz(gelu, *init_tensors(gelu, 0))
+
+
+# ------------------------------------------------------------------ train.spectral_cap
+
+def _power(a: np.ndarray, u: np.ndarray, iters: int):
+    """The template's math in float64 numpy: a [T, M, N], u [T, N] → (u', σ per tap)."""
+    for _ in range(iters):
+        v = np.einsum("tmn,tn->tm", a, u)
+        v = v / (np.linalg.norm(v, axis=1, keepdims=True) + 1e-12)
+        w = np.einsum("tmn,tm->tn", a, v)
+        s = np.linalg.norm(w, axis=1)
+        u = w / (s[:, None] + 1e-12)
+    return u, s
+
+
+@pytest.mark.iree
+def test_spectral_project_matches_numpy_power_iteration():
+    """@spectral_project on a conv kernel (9 taps) and a dense weight: the same warm-started
+    power iterations and rescaling as numpy's float64 version; repeated calls converge to
+    ‖W‖₂ = c (dense) and Σ_taps ‖W_tap‖₂ = c (conv), and leave a weight inside the cap alone."""
+    from lmc.compile import compile_module
+    from lmc.infer import infer
+    from lmc.lower import lower
+    from lmc.runtime import Module
+    from lmc.spec import load_spec
+    from lmc.trust.lipschitz import conv_tap_sum, spectral_norm
+    from lmc.trust.spectral import ITERS, capped, initial_u
+    net = infer(load_spec("s.yaml", text="name: s\ninput: {channels: 2, height: 6, width: 6}\nlayers:\n"
+                          "  - conv2d: [2, 3, 3]\n  - flatten\n  - dense: {fan_in: 108, fan_out: 4}\n"
+                          "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, spectral_cap: 0.5}\n"))
+    caps = capped(net)
+    assert [(c.conv, c.taps, c.m, c.n) for c in caps] == [(True, 9, 3, 2), (False, 1, 108, 4)]
+    mod = Module(compile_module(lower(net)).path, driver="local-sync")
+    rng = np.random.default_rng(0)
+    W = [rng.standard_normal(c.param.type.dims).astype(np.float32) for c in caps]
+    U = initial_u(caps, 0)
+    cap = np.asarray(0.5, np.float32)
+    out = [np.asarray(r) for r in mod.spectral_project(*W, *U, cap)]
+    taps = [W[0].astype(np.float64).transpose(2, 3, 0, 1).reshape(9, 3, 2), W[1].astype(np.float64)[None]]
+    for i, (a, u) in enumerate(zip(taps, U)):
+        u2, s = _power(a, u.astype(np.float64), ITERS)
+        assert out[2 + i] == pytest.approx(u2, rel=1e-4, abs=1e-5)
+        assert out[i] == pytest.approx(W[i] * min(1.0, 0.5 / s.sum()), rel=1e-4, abs=1e-6)
+    Wk, Uk = out[:2], out[2:]
+    for _ in range(30):
+        res = [np.asarray(r) for r in mod.spectral_project(*Wk, *Uk, cap)]
+        Wk, Uk = res[:2], res[2:]
+    assert conv_tap_sum(Wk[0]) == pytest.approx(0.5, rel=1e-3)
+    assert spectral_norm(Wk[1]) == pytest.approx(0.5, rel=1e-3)
+    small = [w * 0.01 for w in W]
+    res = [np.asarray(r) for r in mod.spectral_project(*small, *U, cap)]
+    assert np.array_equal(res[0], small[0]) and np.array_equal(res[1], small[1])
+
+
+@pytest.mark.iree
+def test_spectral_cap_training_caps_every_dense_and_resumes_exactly(tmp_path):
+    sets = ["--set", "train.spectral_cap=2.0", "--set", "train.spectral_every=3"]
+    r = run("train", MLP, "--epochs", 2, "--out", tmp_path / "a", *sets)
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "a" / "last.npz") as f:
+        norms = [np.linalg.norm(f[f"{i:02d}.dense.weight"].astype(np.float64), 2) for i in range(3)]
+        assert {f"spectral_u.{i:02d}.dense.weight" for i in range(3)} <= set(f.files)
+        a = {k: f[k] for k in f.files if k != "__lmc__"}
+    assert max(norms) <= 2.0 * (1 + 1e-3) and max(norms) > 1.99      # the cap binds, and holds
+    # interrupted at step 31 (not a multiple of spectral_every) and resumed: the same weights
+    r = run("train", MLP, "--epochs", 2, "--steps", 31, "--out", tmp_path / "b", *sets)
+    assert r.exit_code == 0, r.output
+    r = run("train", MLP, "--epochs", 2, "--resume", "--out", tmp_path / "b", *sets)
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "b" / "last.npz") as f:
+        b = {k: f[k] for k in f.files if k != "__lmc__"}
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_spectral_knobs_are_checked():
+    from lmc.errors import LmcError
+    from lmc.spec import load_spec
+    base = "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\ntrain: {learning_rate: 0.1, batch_size: 2, epochs: 1, "
+    with pytest.raises(LmcError, match="spectral_every.*spectral_cap"):
+        load_spec("m.yaml", text=base + "spectral_every: 3}\n")
+    from lmc.train import check_recipe
+    with pytest.raises(LmcError, match="not implemented yet: train.spectral_cap with grad_accum_steps > 1"):
+        check_recipe(load_spec("m.yaml", text=base + "spectral_cap: 1.0, grad_accum_steps: 2}\n").train)
