@@ -645,10 +645,12 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
-                        region: str = "auto") -> EvalResult:
+                        region: str = "auto", recalibrate: int = 0) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
-    run's final eval), or auto — the weights the run's own eval scored at that checkpoint."""
+    run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
+    recalibrate N > 0: the BN statistics re-estimated from N training batches first
+    (lmc/trust/recalibrate.py)."""
     from .checkpoint import load_region, read_tensors
     from .compile import compile_module, resolve_backend
     from .evaluate import evaluate_swag
@@ -656,10 +658,18 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     from .runtime import Module
     if region not in EVAL_REGIONS:
         raise TrainError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
+    if recalibrate:
+        if recalibrate < 0:
+            raise TrainError(f"--recalibrate must be at least 1 batch, got {recalibrate}")
+        if not net.state:
+            raise TrainError("--recalibrate: the net has no BN running statistics to re-estimate")
+        if net.spec.train is None:
+            raise TrainError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
     got = load_init(Path(init), net)
-    if net.state and got.state is None:
+    if net.state and got.state is None and not recalibrate:
         raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
-                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
+                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them, "
+                              "or re-estimate them with --recalibrate N (N training batches)")
     tensors, meta = read_tensors(Path(init)) if Path(init).suffix == ".npz" else (None, None)
     if region == "auto":
         region = (meta or {}).get("eval_region", "live")
@@ -689,7 +699,13 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({got.what}; {region} weights)")
     mod = Module(c.path, b)
-    S = [mod.upload(a) for a in (got.state or [])]
+    if recalibrate:
+        from .trust.recalibrate import recalibrate_bn
+        if text is None:
+            raise TrainError("--recalibrate needs the spec's train step, which does not lower for this recipe")
+        S = recalibrate_bn(mod, net, got.params, recalibrate, ds, log)
+    else:
+        S = [mod.upload(a) for a in (got.state or [])]
     args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
     if region == "swag":
         cfg = net.spec.train
