@@ -412,10 +412,11 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
                  [(N.p[p.name], p.type.mlir) for p in node.params]
         outs = [v.type.mlir for v in node.inputs] + [p.type.mlir for p in node.params]
         res = em.call(r.bwd, args_b, outs, _loc(net, node.layer))
-        for v, d in zip(node.inputs, res):
+        for k, (v, d) in enumerate(zip(node.inputs, res)):
             if v.node is not None:
                 cot.setdefault(v.id, []).append(d)
-            elif dx is not None:            # the network input (the train step drops it)
+            elif dx is not None and node.prim.inputs[min(k, len(node.prim.inputs) - 1)] not in \
+                    node.prim.constant_inputs:  # the network input (the train step drops it)
                 dx.append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
@@ -497,8 +498,11 @@ def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:
     args = N.args(a, "PS") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
     dxs: list[str] = []
     _, _, (loss, _) = _grads(net, em, a, N, dx=dxs)
+    if not dxs:
+        raise SpecError("@input_grad: no primitive passes a gradient back to the input (token ids are "
+                        "looked up, not differentiated)", net.spec.layers[0].loc)
     t = a.x.mlir
-    d = _sum(em, dxs, t) if dxs else _zeros(em, t)
+    d = _sum(em, dxs, t)
     return _func("input_grad", args, em, [(loss, SCALAR), (d, t)])
 
 

@@ -300,17 +300,30 @@ def test_user_text_is_not_read_as_markup(tmp_path):
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
+UNLOWERED = """name: unlowered
+input: {channels: 8, height: 6, width: 1}
+dataset: {kind: mnist, path: /nonexistent/data}
+layers:
+  - spatial_flatten: {}
+  - mamba_block: {dim: 8, state_size: 4, expand: 2, n_blocks: 1}
+  - mamba_block: {dim: 8, state_size: 4, expand: 2, n_blocks: 1}
+  - flatten: {}
+  - dense: {fan_in: 48, fan_out: 10}
+train: {learning_rate: 0.1, batch_size: 4, epochs: 1}
+"""
+
+
 def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
     """A valid spec exits 0, but every item lmc render/train would refuse is one located warning."""
-    r = run("validate", SPECS / "vit_tiny.yaml")
+    spec = tmp_path / "unlowered.yaml"
+    spec.write_text(UNLOWERED)
+    r = run("validate", spec)
     assert r.exit_code == 0
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
     assert warnings == [
-        f"warning: {SPECS / 'vit_tiny.yaml'}:7:5: not implemented yet: patch_embed (layer 0): `lmc info` counts "
-        f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it",
-        f"warning: {SPECS / 'vit_tiny.yaml'}:8:5: not implemented yet: transformer_encoder (layer 1): `lmc info` "
-        f"counts it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it"]
-    assert r.stderr.splitlines()[-1].endswith("ok — 3 layers, 5,526,346 parameters, output [32, 10]")
+        f"warning: {spec}:{line}:5: not implemented yet: mamba_block (layer {i}): `lmc info` counts "
+        f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it" for line, i in ((6, 1), (7, 2))]
+    assert r.stderr.splitlines()[-1].endswith("ok — 5 layers, 1,818 parameters, output [4, 10]")
     # recipe refusals (train.check_recipe) and a loss with no module in lmc/losses yet
     r = run("validate", RECIPE, "--set", "train.use_tta=true", "--set", "train.loss_kind=bce")
     assert r.exit_code == 0
@@ -326,15 +339,17 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
 
 
 def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path):
-    """vit_tiny's data directory does not exist here: the refusal must come first, without
+    """The spec's data directory does not exist here: the refusal must come first, without
     reading any data or compiling."""
     import lmc.train as tr
     loaded = []
     monkeypatch.setattr(tr, "load_data", lambda *a: loaded.append(a) or _raise(AssertionError("data loaded")))
-    r = run("train", SPECS / "vit_tiny.yaml", "--out", tmp_path / "run")
+    spec = tmp_path / "unlowered.yaml"
+    spec.write_text(UNLOWERED)
+    r = run("train", spec, "--out", tmp_path / "run")
     assert r.exit_code == 2
-    assert r.stderr.startswith(f"error: {SPECS / 'vit_tiny.yaml'}:7:5: not implemented yet: patch_embed (layer 0)")
-    assert "transformer_encoder (layer 1)" in r.stderr          # every refusal, not just the first
+    assert r.stderr.startswith(f"error: {spec}:6:5: not implemented yet: mamba_block (layer 1)")
+    assert "mamba_block (layer 2)" in r.stderr          # every refusal, not just the first
     assert "no such directory" not in r.stderr
     assert loaded == [] and fake_compiler == []
     # a recipe switch lmc train refuses is also caught before the data

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_oracle import F32_EPS, LAYER_CASES, LOSSES, _batch, _compare, _init, _module, classifier_yaml, jax_forward
+from test_oracle import (F32_EPS, LAYER_CASES, LOSSES, NC, _batch, _body_out, _compare, _init, _loss_class, _module,
+                         classifier_yaml, jax_forward)
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -43,8 +44,12 @@ def _cases():
     default = _cover()
     out = []
     for i, (cid, layers, x, style) in enumerate(LAYER_CASES):
-        for j, loss in enumerate(losses):
-            marks = () if i in default and j == i % len(losses) else (pytest.mark.slow,)
+        out_t = _body_out(layers, x, style)[1]
+        if any(f.get("ids_input") for _, f in layers):
+            continue           # token ids: no input gradient (lower refuses it; tested below)
+        fits = [loss for loss in losses if _loss_class(loss).oracle_head(out_t, NC) is not None]
+        for loss in fits:      # a per-pixel loss needs an image body
+            marks = () if i in default and loss == fits[i % len(fits)] else (pytest.mark.slow,)
             out.append(pytest.param(layers, x, style, loss, id=f"{cid}-{loss}", marks=marks))
     return out
 
@@ -54,7 +59,7 @@ def test_input_grad(layers, x_dims, style, loss):
     lfields, variants = LOSSES[loss]
     _, lo = variants[-1]
     net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style,
-                                                              {"learning_rate": 0.1, **lfields, **lo})))
+                                                              {"learning_rate": 0.1, **lfields, **lo}, loss)))
     a = abi(net)
     text = lower(net, "input_grad")
     assert "func.func @input_grad" in text and "func.func @forward" in text and "@train_step" not in text
@@ -79,3 +84,12 @@ def test_input_grad(layers, x_dims, style, loss):
     _compare("loss", loss_v, jl, RTOL * abs(float(jl)), failures)
     _compare("dx", dx, jdx, RTOL * float(np.max(np.abs(jdx))) + 4 * F32_EPS * float(np.max(np.abs(jdx))), failures)
     assert not failures, "\n".join(failures)
+
+
+def test_input_grad_is_refused_for_token_ids():
+    from lmc.errors import SpecError
+    ids = next((layers, x, style) for _, layers, x, style in LAYER_CASES
+               if any(f.get("ids_input") for _, f in layers))
+    net = infer(load_spec("o.yaml", text=classifier_yaml(*ids, {"learning_rate": 0.1})))
+    with pytest.raises(SpecError, match="no primitive passes a gradient back to the input"):
+        lower(net, "input_grad")

@@ -2,7 +2,7 @@
 mixup, cutmix and KNN-mixup (losses.md §3, the seed's TrainConfig docs).
 
 Input: images x [B, C, H, W] and their soft targets t [B, K] (the loss's fitted labels: a
-smoothed one-hot for soft_label_ce, multi-hot for bce), and a Generator drawn from
+smoothed one-hot, or multi-hot targets), and a Generator drawn from
 (seed, epoch, step).  Output: the mixed (x, t) and the λ actually used.  Every row of the
 mixed t is a convex combination of two rows of t, so rows that summed to 1 still do.
 

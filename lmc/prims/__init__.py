@@ -42,6 +42,9 @@ class Prim:
     name: ClassVar[str]
     n_inputs: ClassVar[int] = 1
     has_eval: ClassVar[bool] = False    # the template has an `eval` (it differs from fwd: state)
+    # inputs whose cotangent is zero by construction (embedding's integer ids): @input_grad
+    # refuses a net whose input reaches the loss only through such inputs
+    constant_inputs: ClassVar[tuple[str, ...]] = ()
     # (attrs, input types, param types) triples used by the per-primitive oracle tests
     examples: ClassVar[list] = []
 

@@ -161,6 +161,7 @@ class Embedding(Prim):
     (the same function; a lowering choice).  FLOPs 1 per output element (the seed's count)."""
     inputs = ("ids",)
     params = ("table",)
+    constant_inputs = ("ids",)
     examples = [(dict(gather=True), [TensorType((2, 3))], [TensorType((5, 4))]),
                 (dict(gather=False), [TensorType((2, 3))], [TensorType((5, 4))])]
 
