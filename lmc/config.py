@@ -170,6 +170,12 @@ class Fp8Format(Choice):
     off = "off"
     e4m3 = "e4m3"      # float8 E4M3 (ml_dtypes.float8_e4m3fn): weights per column/channel, input per tensor
 
+    @classmethod
+    def parse(cls, value, where):
+        if value is False:      # YAML 1.1 reads a bare `off` (and `false`, `no`) as false
+            return cls.off
+        return super().parse(value, where)
+
 
 # lmc's own recipe fields beyond the seed's TrainConfig: the trust tools' training knobs
 # (docs/trust.md), after the seed's 78 in TrainConfig.

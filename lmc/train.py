@@ -45,7 +45,7 @@ METRICS = "metrics.jsonl"
 _UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
                 "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob", "val_every_epochs", "fp8")
+                "fpn_affine_prob", "val_every_epochs")
 
 
 @dataclass
@@ -87,6 +87,12 @@ def check_recipe(cfg) -> None:
     if on:
         raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
                          hint="remove these fields from the recipe (or set them to their defaults)")
+    if cfg.fp8.value != "off":
+        with_ = [f for f, on in (("use_ema", cfg.use_ema), ("use_swa", cfg.use_swa),
+                                  ("grad_accum_steps > 1", cfg.grad_accum_steps > 1),
+                                  ("spectral_cap", cfg.spectral_cap > 0)) if on]
+        if with_:
+            raise TrainError(f"not implemented yet: train.fp8 with {', '.join(with_)}")
     if cfg.spectral_cap > 0 and cfg.grad_accum_steps > 1:
         raise TrainError("not implemented yet: train.spectral_cap with grad_accum_steps > 1")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
@@ -239,6 +245,9 @@ class Trainer:
                     raise TrainError(f"--resume: the checkpoint was trained with {key} {m.get(key)}, now {now}; "
                                      f"the data position would not mean the same batches",
                                      hint="resume with the same batch size and dataset")
+            if m.get("fp8", "off") != cfg.fp8.value:
+                raise TrainError(f"--resume: the checkpoint was trained with fp8 {m.get('fp8', 'off')}, this "
+                                 f"recipe has fp8 {cfg.fp8.value}", hint="resume with the recipe the run was started with")
             for key, now in (("seed", cfg.seed), ("shuffle", opts.shuffle)):
                 if m.get(key) != now:
                     self.warn(f"the checkpoint used {key}={m.get(key)}, this run {key}={now}: "
@@ -400,7 +409,7 @@ class Trainer:
                 "epochs": self.cfg.epochs, "loss": self.last_loss, "spec": self.net.spec.file,
                 "name": self.net.spec.name, "complete": complete, "time": _now(),
                 "lr": self.lr_at(max(self.step, 1)), "swa_n": self.swa_n,
-                "eval_region": self.eval_region(final=complete)}
+                "eval_region": self.eval_region(final=complete), "fp8": self.cfg.fp8.value}
         save_checkpoint(self.ckpt_path, self.net, self.abi.opt_keys, params, opt, state, meta, self.host_regions())
         self.last_ckpt_step = self.step
         self.metrics.write(kind="checkpoint", step=self.step, epoch=self.epoch + (1 if self.batch else 0),
@@ -518,6 +527,20 @@ class Trainer:
         rng = np.random.default_rng([self.cfg.seed, 0x6A55, self.step])
         return (x + np.float32(sigma) * rng.standard_normal(x.shape, dtype=np.float32)).astype(np.float32)
 
+    def _fp8_step(self, x, y, lr):
+        """train.fp8 (lmc/trust/fp8.py): the step on E4M3-projected weights and input, its update
+        folded into the f32 master (self.P holds the master between steps)."""
+        from .trust.fp8 import project, project_params, weight_axes
+        if not hasattr(self, "_fp8_axes"):
+            self._fp8_axes = weight_axes(self.net)
+        master = _to_host(self.P)
+        q = project_params(self.net, master, self._fp8_axes)
+        up = self.module.upload
+        self.P = [up(a) for a in q]
+        loss, correct = self._fused_step(project(np.asarray(x, np.float32), None), y, lr)
+        self.P = [up(m + (o - p)) for m, o, p in zip(master, _to_host(self.P), q)]
+        return loss, correct
+
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
         nP, nO, nE = len(self.P), len(self.O), len(self.E)
@@ -560,6 +583,8 @@ class Trainer:
                                    TimeRemainingColumn)
         cfg, net = self.cfg, self.net
         step_fn = self._micro_step if self.abi.accum > 1 else self._fused_step
+        if cfg.fp8.value != "off":
+            step_fn = self._fp8_step
         console = self.console
         while self.step < self.stop_at and self.epoch < cfg.epochs:
             e = self.epoch

@@ -558,3 +558,90 @@ def test_recalibrate_rebuilds_bn_statistics(tmp_path):
     assert got == pytest.approx(np.mean(means, axis=0), rel=1e-4, abs=1e-5)
     r = run("eval", MLP, "--init", bare, "--recalibrate", 3)
     assert r.exit_code == 2 and "no BN running statistics to re-estimate" in r.stderr
+
+
+# ------------------------------------------------------------------ train.fp8: e4m3
+
+def test_e4m3_projection_is_on_the_grid_per_column():
+    import ml_dtypes
+    from lmc.trust.fp8 import project
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((64, 10)) * np.geomspace(1e-3, 10, 10)).astype(np.float32)   # columns of very different scale
+    w[:, 3] = 0
+    q = project(w, (0,))
+    amax = np.abs(w).max(0)
+    scale = np.where(amax > 0, amax / np.float32(448), 1).astype(np.float32)
+    grid = q.astype(np.float64) / scale
+    on = grid.astype(np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    assert np.allclose(on, grid, rtol=1e-6, atol=0)                                         # on the scaled grid
+    assert np.allclose(np.abs(q).max(0), amax, rtol=1e-6) and (q[:, 3] == 0).all()        # amax kept
+    normal = np.abs(w / scale) >= 2 ** -6                                                   # E4M3's normal range
+    assert (np.abs(q - w)[normal] <= np.abs(w)[normal] * 2 ** -4 * (1 + 1e-5)).all()       # 3 mantissa bits
+    assert np.abs(project(w, None)).max() == pytest.approx(np.abs(w).max(), rel=1e-6)
+
+
+@pytest.mark.iree
+def test_fp8_step_folds_the_update_into_the_f32_master(tmp_path):
+    """One fp8 step by `lmc train` against the same step done here: the compiled @train_step on
+    the E4M3-projected weights and input, master + (out − projected); the moments are the step's.
+    The checkpoint records fp8 and refuses to resume into a run without it (and vice versa)."""
+    from lmc.compile import compile_module
+    from lmc.data import Batcher
+    from lmc.infer import infer
+    from lmc.init import init_tensors
+    from lmc.lower import abi, lower
+    from lmc.runtime import Module
+    from lmc.schedule import learning_rate
+    from lmc.spec import load_spec
+    from lmc.train import load_data
+    from lmc.trust.fp8 import project, project_params, weight_axes
+    out = tmp_path / "run"
+    sets = ["--set", "train.fp8=e4m3"]
+    r = run("train", MLP, "--steps", 1, "--out", out, *sets)
+    assert r.exit_code == 0, r.output
+    net = infer(load_spec(MLP))
+    cfg, a = net.spec.train, abi(net)
+    p0, s0 = init_tensors(net, cfg.seed)
+    ds = load_data(net, None, cfg.seed)
+    b = Batcher(ds, net.batch, seed=cfg.seed, shuffle=True, labels=lambda y: a.loss.fit_labels(y, 10, cfg))
+    x, y = b.batch(0, 0)
+    q = project_params(net, p0, weight_axes(net))
+    assert sum(not np.array_equal(u, v) for u, v in zip(q, p0)) == 3        # the three dense weights, not the biases
+    mod = Module(compile_module(lower(net)).path, driver="local-sync")
+    hp = a.hp_vector(cfg, learning_rate(cfg, 1, b.steps_per_epoch), 1)
+    res = [np.asarray(t) for t in mod.train_step(*q, *a.initial_opt(), *s0, project(x, None), y, hp)]
+    n = len(p0)
+    with np.load(out / "last.npz") as f:
+        for i, p in enumerate(net.params):
+            assert f[p.name] == pytest.approx(p0[i] + (res[i] - q[i]), rel=1e-6, abs=1e-7), p.name
+        for j, (slot, name) in enumerate(a.opt_keys):
+            assert f[f"opt.{slot}.{name}"] == pytest.approx(res[n + j], rel=1e-6, abs=1e-9)
+        assert json.loads(str(f["__lmc__"]))["fp8"] == "e4m3"
+    r = run("train", MLP, "--resume", "--out", out)
+    assert r.exit_code == 2 and "trained with fp8 e4m3, this recipe has fp8 off" in r.stderr
+    r = run("train", MLP, "--steps", 1, "--out", tmp_path / "f32")
+    r = run("train", MLP, "--resume", "--out", tmp_path / "f32", *sets)
+    assert r.exit_code == 2 and "trained with fp8 off, this recipe has fp8 e4m3" in r.stderr
+
+
+def test_fp8_refuses_what_it_does_not_combine_with():
+    from lmc.errors import LmcError
+    from lmc.spec import load_spec
+    from lmc.train import check_recipe
+    base = "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\ntrain: {learning_rate: 0.1, batch_size: 2, epochs: 1, fp8: e4m3, "
+    for extra, what in (("use_ema: true", "use_ema"), ("grad_accum_steps: 2", "grad_accum_steps > 1")):
+        with pytest.raises(LmcError, match=f"not implemented yet: train.fp8 with {what}"):
+            check_recipe(load_spec("m.yaml", text=base + extra + "}\n").train)
+    assert load_spec("m.yaml", text=base.replace("e4m3", "off") + "seed: 1}\n").train.fp8.value == "off"
+
+
+@pytest.mark.iree
+@pytest.mark.slow
+def test_fp8_digits_mlp_within_a_point_of_f32(tmp_path):
+    """specs/digits_mlp.yaml's recipe trained in fp8 (E4M3) ends within 1 point of f32."""
+    acc = {}
+    for f in ("off", "e4m3"):
+        r = run("train", MLP, "--out", tmp_path / f, "--set", f"train.fp8={f}")
+        assert r.exit_code == 0, r.output
+        acc[f] = _records(tmp_path / f, "eval")[-1]["top1"]
+    assert abs(acc["e4m3"] - acc["off"]) <= 0.01 and acc["e4m3"] > 0.96, acc
