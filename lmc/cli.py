@@ -301,6 +301,7 @@ def eval_cmd(spec: SpecArg,
              batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
              region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
+             recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
@@ -310,7 +311,8 @@ def eval_cmd(spec: SpecArg,
             raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
-                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region)
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
+                                recalibrate)
         if dump_correct is not None and not hasattr(r, "correct"):
             raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
                            f"(this spec's labels) does not have")
