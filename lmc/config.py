@@ -207,6 +207,8 @@ DEPENDS = {
     "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
     "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
+    "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
+    "fpn_affine_area_thr": "fpn_affine_prob",
 }
 
 
@@ -335,6 +337,17 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
         if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not getattr(cfg, switch):
             err(f"{name} has no effect without {switch}: true", name, also=(switch,),
                 hint=f"set {switch}: true, or drop {name}")
+    from .optim import OPTIMIZER_FIELDS, fields_read, selection
+    chosen, by = selection(cfg)
+    reads = fields_read(chosen, cfg)
+    for name in OPTIMIZER_FIELDS:
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
+            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
+            err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
+                hint=f"drop {name}, or choose an optimizer that uses it")
+    if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
+        err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
     if cfg.use_auto_augment and cfg.use_rand_augment:
         err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
             "use_rand_augment", also=("use_auto_augment",))
