@@ -150,3 +150,28 @@ def test_tensorboard_mirrors_the_metrics(tmp_path):
     assert code == 0, out
     _, purges = _events(tb)
     assert purges == [json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["steps_per_epoch"] * 2 + 1]
+
+
+DEIT = MLP.parent / "digits_cnn_deit.yaml"
+
+
+def test_deit_recipe_resumes_bit_exactly(tmp_path):
+    """The whole data recipe on (mixing, RandAugment, erasing, repeated aug, EMA, smoothing):
+    a run killed mid-epoch and resumed ends bit-identical to the uninterrupted one."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", full)
+    assert code == 0, out
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--steps", 31)
+    assert code == 0, out
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--resume")
+    assert code == 0, out
+    a, _ = _ckpt(full / "last.npz")
+    b, _ = _ckpt(part / "last.npz")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_deit_recipe_reaches_98_percent(tmp_path):
+    code, out = lmc("train", DEIT, "--out", tmp_path / "r")
+    assert code == 0, out
+    assert _evals(tmp_path / "r")[-1]["top1"] >= 0.98
