@@ -81,8 +81,10 @@ WHERE: dict[str, str] = {
     "fpn_affine_area_thr": "refused unless fpn_affine_prob (which is refused)",
     "train_res": "refused: not implemented yet (train/test resolution split)",
     "test_crop_ratio": "refused: not implemented yet (train/test resolution split)",
-    "dropout": "refused: not implemented yet (classifier dropout masks)",
-    "drop_path": "refused: not implemented yet (stochastic depth masks)",
+    "dropout": "a keep mask on the final dense layer's input, drawn by the host (lmc/masks.py); refused on "
+               "a net not ending in dense",
+    "drop_path": "per-example keep masks on every residual branch, rate ramped over the sites (lmc/masks.py); "
+                 "refused on a net without residual sites",
     # init (init.py, checkpoint.py)
     "head_prior_bias": "init: the head bias := log π",
     "det_prior_pi": "init: fpn_detect objectness biases; refused without fpn_detect",

@@ -45,7 +45,7 @@ METRICS = "metrics.jsonl"
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "use_yolov1", "bf16_conv", "dropout",
+                "use_tta", "use_yolov1", "bf16_conv",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
@@ -562,10 +562,16 @@ class Trainer:
         self.P = [up(m + (o - p)) for m, o, p in zip(master, _to_host(self.P), q)]
         return loss, correct
 
+    def step_masks(self) -> list[np.ndarray]:
+        """The dropout / drop-path masks of the current batch (lmc/masks.py), from (seed, epoch,
+        batch): a resumed run draws the same."""
+        from .masks import draw
+        return draw(self.abi.masks, self.cfg, self.cfg.seed, self.epoch, self.batch)
+
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
         nP, nO, nE = len(self.P), len(self.O), len(self.E)
-        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp)
+        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp, *self.step_masks())
         # results are device arrays: feed them straight back, no host copy
         self.P, self.O, self.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
         self.S = out[nP + nO + nE:-2]
@@ -577,7 +583,7 @@ class Trainer:
         k = self.abi.accum
         hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
         nP, nS = len(self.P), len(self.S)
-        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp)
+        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp, *self.step_masks())
         self.G, self.S = out[:nP], out[nP:nP + nS]
         if self.step % k == 0:
             nO, nE = len(self.O), len(self.E)

@@ -26,7 +26,7 @@ from lmc.fieldmap import WHERE  # noqa: E402
 
 pytestmark = pytest.mark.iree
 SPECS = Path(__file__).resolve().parents[1] / "specs"
-MLP, CNN = SPECS / "digits_mlp.yaml", SPECS / "digits_cnn.yaml"
+MLP, CNN, MOBILE = SPECS / "digits_mlp.yaml", SPECS / "digits_cnn.yaml", SPECS / "digits_mobile.yaml"
 SWA = {"use_swa": True, "use_swag": True}
 PRIOR = [0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.15]
 
@@ -99,7 +99,7 @@ PROBES = {
     "train_res": (6, {}, CNN, False),
     "test_crop_ratio": (0.9, {}, CNN, False),
     "dropout": (0.2, {}, MLP, False),
-    "drop_path": (0.1, {}, CNN, False),
+    "drop_path": (0.1, {}, MOBILE, False),
     "head_prior_bias": (PRIOR, {}, MLP, False),
     "det_prior_pi": (0.01, {}, MLP, False),
     "vit_init": (True, {}, MLP, False),

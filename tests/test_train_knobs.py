@@ -25,6 +25,7 @@ KNOBS = {
              "train.swag_samples=4"],
     "accum": ["train.grad_accum_steps=3"],
     "mixup_ls": ["train.use_mixup=true", "train.label_smoothing=0.1"],
+    "dropout": ["train.dropout=0.3"],
     "knn_mixup": ["train.use_knn_mixup=true", "train.knn_mixup_alpha=0.4"],
     "clip_head_rmsprop": ["train.grad_clip_norm=1.0", "train.head_lr_mult=3", "train.optimizer=rmsprop",
                           "train.use_adam=false", "train.momentum=0.9", "train.learning_rate=0.001"],
@@ -152,7 +153,7 @@ def test_tensorboard_mirrors_the_metrics(tmp_path):
     assert purges == [json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["steps_per_epoch"] * 2 + 1]
 
 
-DEIT = MLP.parent / "digits_cnn_deit.yaml"
+DEIT = MLP.parent / "digits_resnet_deit.yaml"
 
 
 def test_deit_recipe_resumes_bit_exactly(tmp_path):
