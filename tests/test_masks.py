@@ -64,7 +64,7 @@ def test_train_step_with_masks_equals_jax_and_ones_are_the_identity():
     jax.config.update("jax_enable_x64", True)
     net = net_of(", drop_path: 0.5, dropout: 0.4")
     plain = net_of()
-    a, a0 = abi(net), abi(plain)
+    a = abi(net)
     rng = np.random.default_rng(3)
     P, S = _init(net, rng)
     x, y = _batch(net, a, rng)
