@@ -45,6 +45,9 @@ NETS = [  # (spec, overrides): the issue's four nets, batch 128, ResNet-18 at CI
     ("specs/mnist_cnn.yaml", ["train.batch_size=128"]),
     ("specs/cifar_cnn_bn.yaml", ["train.batch_size=128"]),
     ("specs/resnet18.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
+    # the conv family's (issue 11): depthwise convs and squeeze-excite, at CIFAR size
+    ("specs/mobilenet_v2.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
+    ("specs/efficientnet_b0.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
 ]
 PEERS = ("jax", "torch", "torch_compile")
 

@@ -115,7 +115,8 @@ class MbConvV3(Layer):
         if self.use_se:
             h = _se(g, h, "se.", make_divisible(e / 4), "relu", "h_sigmoid")
         h = _unit(g, h, "project.", e, self.oc, 1, 1, "identity")
-        return _join(g, h, x, self.stride == 1 and self.ic == self.oc, net)
+        # no stochastic depth in MobileNetV3 (torchvision has none): no site
+        return _join(g, h, x, self.stride == 1 and self.ic == self.oc, None)
 
 
 @register("fused_mb_conv")
