@@ -45,7 +45,7 @@ METRICS = "metrics.jsonl"
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
+                "drop_path", "use_tta", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
                 "fpn_affine_prob", "val_every_epochs")
 
 

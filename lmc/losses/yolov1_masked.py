@@ -1,9 +1,37 @@
-"""yolov1_masked (declared, not lowered yet): YOLOv1's 5-term masked MSE over box targets
-(losses.md §1).  Its label ABI is not defined in lmc yet: the seed feeds a target
-[B, perCell, gH, gW] and a cell mask [B, gH, gW] (single box), or [B, A·15, gH, gW] (anchors)."""
+"""yolov1_masked: YOLOv1's masked loss over a grid head, single box per cell (losses.md §6).
+
+Net output (lmc's layout: a fully-convolutional head, no reshape of a flat dense output)
+z [B, P, gH, gW], P = 10 + NC: channels [0, 2) box0 x, y (offsets in the cell), [2, 4) box0
+w, h (image-relative), 4 box0 confidence, [5, 9) box1 x, y, w, h (never optimized: zero
+gradient), 9 box1 confidence (always no-object), [10, P) class scores.
+Labels t [B, P + 1, gH, gW] f32: the target in the same layout, with the cell mask m (1 where a
+ground-truth centre falls) as the last channel (the seed's separate %m_yolo, packed here).
+λc = 5, λn = 0.5, ε = 1e-6;  L = (T1 + … + T6)/B,  each a sum over cells:
+  T1 = λc Σ m·‖xy_p − xy_t‖²          T2 = λc Σ m·‖√max(wh_p, ε) − √max(wh_t, ε)‖²
+  T3 = Σ m·(c0 − 1)²                  T4 = λn Σ (1 − m)·c0²          T5 = λn Σ c1²
+  T6 = −Σ m·Σ_c t_c·log_softmax(cls)_c
+use_focal (§6.1, γ = focal_gamma): T3..T5 become sigmoid focal BCE on the confidence logits,
+the focal weight detached (the seed's seed, not the exact gradient of the reported loss).
+Not lowered yet (refused, never ignored): use_diou_box, anchors, fpn_scales, yolo_cls_weights,
+yolo_cls_focal_gamma."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..types import f32, flt
 from . import BOXES, Loss, Rule, register
+
+LAMBDA_COORD, LAMBDA_NOOBJ, EPS = 5.0, 0.5, 1e-6
+BOX_CH = 10                   # channels before the class scores (2 boxes × 5)
+W_FLOOR = 1e-12               # the focal weight's floor (§6.1)
+
+
+def _detach(xp, v):
+    """The focal weight as a constant of the gradient (stop_gradient under JAX)."""
+    if xp.__name__.startswith("jax"):
+        import jax
+        return jax.lax.stop_gradient(v)
+    return v
 
 
 @register("yolov1_masked")
@@ -12,8 +40,19 @@ class YoloV1Masked(Loss):
     label_format = BOXES
     # on the yolo path use_focal switches objectness to focal BCE
     accepts_focal = True
-    logits_rank = None            # the grid head's layout is not defined yet: no rule
+    logits_rank = 4
+    logits_layout = "a grid head [batch, 10 + classes, gH, gW]"
+    rank_hint = "end the net with a conv2d to 10 + classes channels (box0 xywh c0, box1 xywh c1, classes)"
     dataset_need = "needs the yolov1_masked loss (use_yolov1: true)"
+    counts_correct = False        # no in-loop metric (losses.md §9): detection is scored by mAP
+    oracle_net = ([("conv2d", {"ic": 2, "oc": 4, "k_size": 3, "act": "relu"})], (2, 2, 3, 4))
+    examples = [({"loss_kind": "yolov1_masked"}, [("", {})]),
+                ({"loss_kind": "yolov1_masked", "use_focal": True}, [("", {}), ("g0.5", {"focal_gamma": 0.5})])]
+
+    def __init__(self, kind, cfg=None):
+        super().__init__(kind, cfg)
+        self.focal = bool(cfg is not None and cfg.use_focal)
+        self.hp = ("focal_gamma",) if self.focal else ()
 
     def rules(self, cfg, soft_aug):
         out = []
@@ -25,5 +64,83 @@ class YoloV1Masked(Loss):
             out.append(Rule("yolov1_masked (use_yolov1) requires label_smoothing = 0", "label_smoothing"))
         return out
 
+    def refused(self, cfg):
+        return [f for f in ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma")
+                if getattr(cfg, f)]
+
+    def check_output(self, out):
+        why = super().check_output(out)
+        if why is None and out.dims[1] <= BOX_CH:
+            return f"{self.kind} needs {self.logits_layout}, but the net's output has {out.dims[1]} channels"
+        return why
+
+    @staticmethod
+    def oracle_head(out, nc):
+        if out.rank != 4:
+            return None
+        return [("conv2d", {"ic": out.dims[1], "oc": BOX_CH + nc, "k_size": 1, "act": "identity"})]
+
     def labels(self, out):
-        raise NotImplementedError("lmc bug: yolov1_masked's label ABI is not defined yet (it is not lowered)")
+        b, p, gh, gw = out.dims
+        return f32(b, p + 1, gh, gw)
+
+    def context(self, logits, labels):
+        b, p, gh, gw = logits.dims
+
+        def sl(lo, hi):
+            return f"[0:{b}, {lo}:{hi}, 0:{gh}, 0:{gw}]"
+
+        def t(c):
+            return f32(b, c, gh, gw).mlir
+        return {"b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal,
+                "s1": t(1), "s2": t(2), "s4": t(4), "sc": t(p - BOX_CH), "cell": f32(b, gh, gw).mlir,
+                "sl_xy": sl(0, 2), "sl_wh": sl(2, 4), "sl_c0": sl(4, 5), "sl_c1": sl(9, 10), "sl_cls": sl(BOX_CH, p),
+                "sl_m": sl(p, p + 1), "lc": flt(LAMBDA_COORD), "ln": flt(LAMBDA_NOOBJ), "eps": flt(EPS),
+                "inv_b": flt(1.0 / b), "w_floor": flt(W_FLOOR)}
+
+    def fit_labels(self, y, num_classes, cfg):
+        return np.ascontiguousarray(y, np.float32)
+
+    def draw_labels(self, rng, labels, logits):
+        b, p1, gh, gw = labels.dims
+        nc = p1 - 1 - BOX_CH
+        t = np.zeros(labels.dims, np.float32)
+        m = (rng.random((b, gh, gw)) < 0.4).astype(np.float32)
+        t[:, 0:2] = rng.random((b, 2, gh, gw))
+        t[:, 2:4] = rng.uniform(0.05, 1.0, (b, 2, gh, gw))
+        t[:, 4] = m
+        t[:, 5:9] = rng.random((b, 4, gh, gw))
+        cls = rng.integers(0, nc, (b, gh, gw))
+        t[:, BOX_CH:BOX_CH + nc] = (cls[:, None] == np.arange(nc)[None, :, None, None])
+        t[:, -1] = m
+        return t
+
+    @staticmethod
+    def reference(xp, logits, labels, focal_gamma=None):
+        b, p = logits.shape[:2]
+        z, t = logits, labels
+        m = t[:, p]
+        t1 = LAMBDA_COORD * (m * ((z[:, 0:2] - t[:, 0:2]) ** 2).sum(axis=1)).sum()
+        sq = xp.sqrt(xp.maximum(z[:, 2:4], EPS)) - xp.sqrt(xp.maximum(t[:, 2:4], EPS))
+        t2 = LAMBDA_COORD * (m * (sq ** 2).sum(axis=1)).sum()
+        c0, c1 = z[:, 4], z[:, 9]
+        if focal_gamma is None:
+            obj = (m * (c0 - 1) ** 2).sum() + LAMBDA_NOOBJ * ((1 - m) * c0 ** 2).sum() + LAMBDA_NOOBJ * (c1 ** 2).sum()
+        else:
+            def bce(zz, tt):
+                return xp.maximum(zz, 0.0) - zz * tt + xp.log1p(xp.exp(-xp.abs(zz)))
+            p0, p1 = 1 / (1 + xp.exp(-c0)), 1 / (1 + xp.exp(-c1))
+            pt = m * p0 + (1 - m) * (1 - p0)
+            w0 = _detach(xp, xp.maximum(1 - pt, W_FLOOR) ** focal_gamma)
+            w1 = _detach(xp, xp.maximum(p1, W_FLOOR) ** focal_gamma)
+            a0 = m + LAMBDA_NOOBJ * (1 - m)
+            obj = (a0 * w0 * bce(c0, m)).sum() + LAMBDA_NOOBJ * (w1 * bce(c1, 0.0)).sum()
+        cz = z[:, BOX_CH:p]
+        cz = cz - cz.max(axis=1, keepdims=True)
+        logp = cz - xp.log(xp.exp(cz).sum(axis=1, keepdims=True))
+        t6 = -(m * (t[:, BOX_CH:p] * logp).sum(axis=1)).sum()
+        return (t1 + t2 + obj + t6) / b
+
+    @staticmethod
+    def correct_reference(logits, labels):
+        return 0, 0
