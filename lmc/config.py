@@ -29,6 +29,7 @@ class DatasetKind(Choice):
     synthetic = "synthetic"    # seeded random data of the spec's shapes
     digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
     digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
+    digits_det = "digits_det"          # embedded: 64x64 mosaics of digits with YOLO box targets
 
 
 @dataclass(frozen=True, init=False)
@@ -246,7 +247,7 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
 # The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
 # segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
 DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES,
-                  "digits_seg": MASK, "digits_denoise": FLOAT}
+                  "digits_seg": MASK, "digits_denoise": FLOAT, "digits_det": BOXES}
 
 
 def dataset_labels(dataset) -> str:

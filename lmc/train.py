@@ -401,7 +401,8 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss))
+            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss),
+                         loss=self.abi.loss)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -664,6 +665,7 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         eloss = abi(net).loss if net.spec.train is not None else None
     except LmcError:
         eloss = None
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss))
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss),
+                 loss=eloss)
     r.region = region
     return r

@@ -23,9 +23,9 @@ from lmc.errors import DataError
 
 __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
 
-KINDS = ("mnist", "cifar10", "imagenette", "npz", "synthetic", "digits", "digits_seg", "digits_denoise")
+KINDS = ("mnist", "cifar10", "imagenette", "npz", "synthetic", "digits", "digits_seg", "digits_denoise", "digits_det")
 # Kinds built in memory, needing no files (digits_seg/digits_denoise: lmc/data/digits_seg.py).
-EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise")
+EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "digits_det")
 # Kinds the reference knows (training.md §4) that lmc does not load yet.
 UNSUPPORTED = ("pets", "imagenet", "pets_det", "brats", "brats224")
 
@@ -74,6 +74,8 @@ def _load(kind, path, input_shape, num_classes, seed, options) -> Dataset:
         return digits_seg.load_seg()
     if kind == "digits_denoise":
         return digits_seg.load_denoise()
+    if kind == "digits_det":
+        return digits_seg.load_det()
     if path is None:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "

@@ -144,3 +144,32 @@ class YoloV1Masked(Loss):
     @staticmethod
     def correct_reference(logits, labels):
         return 0, 0
+
+    def decode(self, z: np.ndarray):
+        """Predictions z [B, P, gH, gW] → per cell boxes [B, gH·gW, 4] (x0, y0, x1, y1 in image
+        units [0, 1]), scores [B, gH·gW] = confidence × top class probability (the confidence
+        through σ when use_focal trained it as a logit, as the loss reads it) and classes; box0
+        only (box1 is never trained)."""
+        b, p, gh, gw = z.shape
+        z = z.astype(np.float64)
+        conf = 1 / (1 + np.exp(-z[:, 4])) if self.focal else np.clip(z[:, 4], 0.0, 1.0)
+        c = z[:, BOX_CH:p] - z[:, BOX_CH:p].max(axis=1, keepdims=True)
+        prob = np.exp(c) / np.exp(c).sum(axis=1, keepdims=True)
+        ii, jj = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+        cx, cy = (jj + z[:, 0]) / gw, (ii + z[:, 1]) / gh
+        w, h = np.clip(z[:, 2], 0.0, 1.0), np.clip(z[:, 3], 0.0, 1.0)
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(b, -1, 4)
+        return boxes, (conf * prob.max(axis=1)).reshape(b, -1), prob.argmax(axis=1).reshape(b, -1)
+
+    @staticmethod
+    def ground_truth(t: np.ndarray):
+        """Labels t [B, P + 1, gH, gW] → per image (boxes [n, 4] in image units, classes [n])."""
+        b, p1, gh, gw = t.shape
+        out = []
+        for k in range(b):
+            ii, jj = np.nonzero(t[k, -1] > 0.5)
+            x, y, w, h = (t[k, c, ii, jj].astype(np.float64) for c in range(4))
+            cx, cy = (jj + x) / gw, (ii + y) / gh
+            boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1)
+            out.append((boxes, t[k, BOX_CH:p1 - 1, ii, jj].argmax(axis=-1) if len(ii) else np.zeros(0, int)))
+        return out
