@@ -263,6 +263,8 @@ def train(spec: SpecArg,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
+          tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
@@ -273,7 +275,8 @@ def train(spec: SpecArg,
         with user_errors():
             net = _load(spec, sets)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
-                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every))
+                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
+                                tensorboard=tensorboard, stream=stream)
             s = run_training(net, opts, err)
     except Interrupted as e:
         err.print(str(e), markup=False, highlight=False)

@@ -35,7 +35,7 @@ from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
 from .metrics import eval_format
 from .infer import check_recipe_fits
-from .init import init_tensors
+from .init import apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
 
 CHECKPOINT = "last.npz"
@@ -44,9 +44,9 @@ METRICS = "metrics.jsonl"
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
-                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob", "val_every_epochs")
+                "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
+                "drop_path", "use_tta", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout",
+                "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
 @dataclass
@@ -61,6 +61,8 @@ class TrainOptions:
     shuffle: bool = True
     overwrite: bool = False
     log_every: int = 10
+    tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
+    stream: bool | None = None        # image folders decoded per batch (None: by size)
 
 
 class Interrupted(Exception):
@@ -106,8 +108,9 @@ def refusals(net) -> list[LmcError]:
     return errs
 
 
-def load_data(net, data: Path | None, seed: int):
-    """The spec's dataset (or --data), fitted to the net's input and head."""
+def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
+    """The spec's dataset (or --data), fitted to the net's input and head (`stream`: decode
+    image folders per batch; None: the loader decides by size)."""
     from .data import EMBEDDED, load_dataset
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
@@ -121,7 +124,7 @@ def load_data(net, data: Path | None, seed: int):
     classes = net.num_classes
     if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
         classes = net.output.type.dims[1]
-    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed)
+    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream)
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -136,8 +139,12 @@ def _now() -> str:
 class _Metrics:
     """RUN_DIR/metrics.jsonl, one JSON object per line, flushed as written."""
 
-    def __init__(self, path: Path, keep_until_step: int | None):
+    def __init__(self, path: Path, keep_until_step: int | None, tensorboard: Path | None = None):
         self.path = path
+        self.tb = None
+        if tensorboard is not None:
+            from .tboard import Mirror
+            self.tb = Mirror(tensorboard, None if keep_until_step is None else keep_until_step + 1)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.kept: list[dict] = []
         if keep_until_step is None:
@@ -158,15 +165,22 @@ class _Metrics:
 
     def write(self, flush: bool = True, **rec):
         self.f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            self.tb.record(rec)
         if flush:
-            self.f.flush()
+            self.flush()
 
     def flush(self):
         self.f.flush()
+        if self.tb is not None:
+            self.tb.flush()
 
     def close(self):
         if not self.f.closed:
             self.f.close()
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
 
 
 class Trainer:
@@ -218,7 +232,7 @@ class Trainer:
             if not self.ckpt_path.exists():
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
-        self.ds = load_data(net, opts.data, cfg.seed)
+        self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
         self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
@@ -264,7 +278,7 @@ class Trainer:
             self.log(f"resuming {self.ckpt_path} at step {self.step} (epoch {self.epoch + 1}, batch {self.batch})")
         else:
             params, state = init_tensors(net, cfg.seed)
-            for note in apply_bootstrap(params, state, net, cfg):
+            for note in apply_bootstrap(params, state, net, cfg) + apply_head_prior(params, net, cfg):
                 self.log(note)
             if opts.init is not None:
                 got = load_init(Path(opts.init), net)
@@ -285,7 +299,8 @@ class Trainer:
         self.O = [up(a) for a in opt_state]
         self.S = [up(a) for a in state]
         self._setup_regions(params)
-        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None)
+        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
+                                self.opts.tensorboard)
         if self.resumed is None:
             self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
                                net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,

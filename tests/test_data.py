@@ -330,7 +330,7 @@ def test_digits_split_and_range():
 
 
 def test_unsupported_and_unknown_kinds(tmp_path):
-    for kind in ("pets", "imagenet", "pets_det", "brats", "brats224"):
+    for kind in ("pets", "pets_det", "brats", "brats224"):
         with raises_data_error(f"dataset kind {kind} is not supported yet"):
             load_dataset(kind, tmp_path, (3, 224, 224), 10)
     with raises_data_error("unknown dataset kind 'minst'", "mnist"):

@@ -261,7 +261,10 @@ def test_lowering_kinds():
                        "conv_next_stem", "conv_next_stage", "conv_next_downsample", "structure_module",
                        # lower once both families landed
                        "shuffle_v2_block", "detr_heads", "patch_embed", "transformer_decoder", "token_position_embed",
-                       "transformer_encoder", "mobile_vit_block"}
+                       "transformer_encoder", "mobile_vit_block",
+                       # avg_pool, dilated_conv, channel_shuffle, upsample, leaky_relu
+                       "transition_layer", "aspp_module", "shuffle_block", "darknet_block",
+                       "csp_block", "bilinear_upsample", "unet_up", "fpn_module"}
 
 
 def test_mbconv_se_width_is_canonical():

@@ -149,9 +149,9 @@ def _graph_key(net):
     return [(n.prim.key() if n.prim else None) for n in net.graph.nodes]
 
 
-def _styles(kind, fields, x_dims):
+def _styles(layers, x_dims):
     """Both conv_pad_style values where they build different graphs, else just the default."""
-    nets = {s: infer(load_spec("o.yaml", text=classifier_yaml([(kind, fields)], x_dims, s, {"learning_rate": 0.1})))
+    nets = {s: infer(load_spec("o.yaml", text=classifier_yaml(layers, x_dims, s, {"learning_rate": 0.1})))
             for s in ("xla_same", "symmetric")}
     if _graph_key(nets["xla_same"]) == _graph_key(nets["symmetric"]):
         return ["xla_same"]
@@ -169,8 +169,11 @@ def _layer_cases():
             continue
         for fields, x in cls.examples:
             desc = ",".join([f"{k}={_fmt(v)}" for k, v in fields.items()] + [f"x={_dims(x.dims)}"])
-            for style in _styles(kind, fields, x.dims):
-                cases.append((f"{kind}[{desc}]-{style}", [(kind, fields)], x.dims, style))
+            # a kind reading earlier layers' outputs (skips, taps) comes after the layers it needs
+            before, x_dims = cls.net_before(fields, x) or ([], x.dims)
+            layers = before + [(kind, fields)]
+            for style in _styles(layers, x_dims):
+                cases.append((f"{kind}[{desc}]-{style}", layers, x_dims, style))
     return cases
 
 
