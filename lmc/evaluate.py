@@ -93,7 +93,8 @@ def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, nu
     other = scorer(label_format, num_classes, regions, loss)
     if other is not None:
         for xb, yb, n in eval_batches(x, y, batch):
-            other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n])
+            other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n],
+                      xb[:n])
         return other
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
     for xb, yb, n in eval_batches(x, y, batch):

@@ -28,9 +28,10 @@ class SegResult:
     conf: np.ndarray | None = None                       # [K, K] int64: rows true, cols predicted
     region: str = "live"
 
-    def add(self, logits: np.ndarray, labels: np.ndarray) -> None:
+    def add(self, logits: np.ndarray, labels: np.ndarray, x: np.ndarray | None = None) -> None:
         """logits [B, K, H, W], labels [B, H, W]; the first maximal class wins ties.  K is the
         logits' (the count the caller passes is the head's, None for per-pixel logits)."""
+        keep_sample(self, x, logits, labels)
         k = self.num_classes = logits.shape[1]
         pred = np.argmax(logits, axis=1).astype(np.int64)
         y = labels.astype(np.int64)
@@ -75,6 +76,13 @@ class SegResult:
 
 
 PSNR_PEAK = 1.0
+N_SHOWN = 8             # validation examples drawn by save_predictions
+
+
+def keep_sample(res, x, out, labels) -> None:
+    """Keep the first N_SHOWN validation examples (input, net output, labels) for the PNG."""
+    if x is not None and getattr(res, "sample", None) is None:
+        res.sample = (np.array(x[:N_SHOWN]), np.array(out[:N_SHOWN]), np.array(labels[:N_SHOWN]))
 
 
 @dataclass
@@ -84,7 +92,8 @@ class RegressionResult:
     count: int = 0              # elements
     region: str = "live"
 
-    def add(self, out: np.ndarray, target: np.ndarray) -> None:
+    def add(self, out: np.ndarray, target: np.ndarray, x: np.ndarray | None = None) -> None:
+        keep_sample(self, x, out, target)
         d = out.astype(np.float64) - target.astype(np.float64)
         self.sse += float(np.sum(d * d))
         self.count += d.size
@@ -142,7 +151,7 @@ class MultiHotResult:
     top1: int = 0
     region: str = "live"
 
-    def add(self, logits: np.ndarray, targets: np.ndarray) -> None:
+    def add(self, logits: np.ndarray, targets: np.ndarray, x: np.ndarray | None = None) -> None:
         top = np.argmax(logits, axis=1)
         self.top1 += int((targets[np.arange(len(targets)), top] >= targets.max(axis=1)).sum())
         self.n += len(targets)
@@ -192,7 +201,8 @@ class DetResult:
     NMS_IOU = 0.5
     SCALE = 1000.0          # image units → COCO's absolute coordinates (IoU does not depend on it)
 
-    def add(self, logits: np.ndarray, labels: np.ndarray) -> None:
+    def add(self, logits: np.ndarray, labels: np.ndarray, x: np.ndarray | None = None) -> None:
+        keep_sample(self, x, logits, labels)
         boxes, scores, classes = self.loss.decode(logits)
         for k in range(len(labels)):
             keep_all = []
@@ -260,3 +270,61 @@ def coco_map(gts, dets, scale: float) -> tuple[float, float]:
         ev.accumulate()
         ev.summarize()
     return float(max(ev.stats[1], 0.0)), float(max(ev.stats[0], 0.0))
+
+
+def save_predictions(res, path) -> bool:
+    """A PNG of the kept validation examples (first N_SHOWN), for results that have one:
+    segmentation (input / ground truth / prediction, classes coloured), detection (ground-truth
+    boxes green, predicted boxes after NMS with score ≥ 0.3 red, with their class), regression
+    (input / output / target).  Returns whether one was written."""
+    sample = getattr(res, "sample", None)
+    if sample is None or not isinstance(res, (SegResult, DetResult, RegressionResult)):
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    x, out, y = sample
+    n = len(x)
+    img = x[:, 0] if x.ndim == 4 else x.reshape(n, -1)[:, None]
+    rows = 2 if isinstance(res, DetResult) else 3
+    fig, axes = plt.subplots(rows, n, figsize=(1.6 * n, 1.7 * rows), squeeze=False)
+    for ax in axes.ravel():
+        ax.set_axis_off()
+    if isinstance(res, SegResult):
+        k = out.shape[1]
+        pred = out.argmax(axis=1)
+        for i in range(n):
+            axes[0, i].imshow(img[i], cmap="gray")
+            axes[1, i].imshow(y[i], cmap="tab20", vmin=0, vmax=max(k - 1, 1), interpolation="nearest")
+            axes[2, i].imshow(pred[i], cmap="tab20", vmin=0, vmax=max(k - 1, 1), interpolation="nearest")
+        titles = ["input", "ground truth", f"prediction (mIoU {res.miou():.3f})"]
+    elif isinstance(res, RegressionResult):
+        for i in range(n):
+            for r, a in enumerate((img[i], out[i, 0] if out.ndim == 4 else out[i], y[i, 0] if y.ndim == 4 else y[i])):
+                axes[r, i].imshow(a, cmap="gray", vmin=0, vmax=1)
+        titles = ["input", f"output (PSNR {res.psnr():.2f} dB)", "target"]
+    else:
+        boxes, scores, classes = res.loss.decode(out)
+        gts = res.loss.ground_truth(y)
+        h, w = img.shape[1:]
+        for i in range(n):
+            for r in range(2):
+                axes[r, i].imshow(img[i], cmap="gray")
+            for b, c in zip(*gts[i]):
+                axes[0, i].add_patch(plt.Rectangle((b[0] * w, b[1] * h), (b[2] - b[0]) * w, (b[3] - b[1]) * h,
+                                                   fill=False, color="lime", lw=1))
+                axes[0, i].text(b[0] * w, b[1] * h, str(int(c)), color="lime", fontsize=7, va="bottom")
+            det_b, det_s, det_c = res.dets[i]
+            for b, s, c in zip(det_b, det_s, det_c):
+                if s >= 0.3:
+                    axes[1, i].add_patch(plt.Rectangle((b[0] * w, b[1] * h), (b[2] - b[0]) * w, (b[3] - b[1]) * h,
+                                                       fill=False, color="red", lw=1))
+                    axes[1, i].text(b[0] * w, b[1] * h, f"{int(c)} {s:.2f}", color="red", fontsize=6, va="bottom")
+        m50, _ = res.maps()
+        titles = ["ground truth", f"predictions, score ≥ 0.3 (mAP@0.5 {m50:.3f})"]
+    for r, t in enumerate(titles):
+        axes[r, 0].set_title(t, fontsize=8, loc="left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -33,7 +33,7 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
-from .metrics import eval_format
+from .metrics import eval_format, save_predictions
 from .infer import check_recipe_fits
 from .init import apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
@@ -481,6 +481,9 @@ class Trainer:
                 getattr(self.last_eval, "region", "live") != final_region:
             r = self.run_eval(final=True)
             self.log(f"final eval: {r.describe()}")
+        # segmentation / detection / regression: a picture of the first validation predictions
+        if save_predictions(self.last_eval, self.out / "predictions.png"):
+            self.log(f"wrote {self.out / 'predictions.png'}")
         self.save(complete=self.step >= self.total)
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
                            train_seconds=round(self.train_seconds, 3))

@@ -166,3 +166,45 @@ def test_segmentation_trains_and_reports_miou(tmp_path):
     assert scored["miou"] == pytest.approx(evals[-1]["miou"]) and scored["pixel_acc"] == evals[-1]["pixel_acc"]
     r = CliRunner().invoke(app, ["plot", str(run)])
     assert r.exit_code == 0 and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------- detection metrics
+
+
+def test_nms_keeps_the_best_of_overlapping_boxes():
+    from lmc.metrics import nms
+    boxes = np.array([[0, 0, 1, 1], [0.05, 0, 1.05, 1], [2, 2, 3, 3]], float)
+    assert list(nms(boxes, np.array([0.5, 0.9, 0.1]), 0.5)) == [1, 2]
+    assert list(nms(boxes, np.array([0.5, 0.9, 0.1]), 0.99)) == [1, 0, 2]
+
+
+def test_map_of_perfect_and_of_wrong_class_predictions():
+    pytest.importorskip("pycocotools")
+    from lmc.data.digits_seg import load_det
+    from lmc.metrics import DetResult
+    ds = load_det()
+    t = ds.y_val[:16]
+    loss = loss_for(LossKind("yolov1_masked"))
+    z = t[:, :20].copy()
+    z[:, 10:20] *= 20.0                                # the true class, confidently
+    r = DetResult(loss)
+    r.add(z, t)
+    m50, m = r.maps()
+    assert m50 == pytest.approx(1.0) and m == pytest.approx(1.0)
+    assert len(r.gts) == 16 and sum(len(g[1]) for g in r.gts) == int(t[:, 20].sum())
+    wrong = z.copy()
+    wrong[:, 10:20] = np.roll(z[:, 10:20], 1, axis=1)  # every box right, every class wrong
+    r = DetResult(loss)
+    r.add(wrong, t)
+    assert r.maps() == (0.0, 0.0)
+
+
+def test_digits_det_targets_fit_the_boxes():
+    from lmc.data.digits_seg import load_det
+    ds = load_det()
+    t = ds.y_train[:50]
+    m = t[:, 20] > 0.5
+    assert ds.label_format == BOXES and t.shape == (50, 21, 8, 8)
+    assert (t[:, 4][m] == 1).all() and (t[:, 0:2].transpose(0, 2, 3, 1)[m] >= 0).all()
+    assert (t[:, 0:2].transpose(0, 2, 3, 1)[m] < 1).all()              # the centre lies in its cell
+    assert (t[:, 10:20].sum(axis=1)[m] == 1).all() and (t[:, 10:20].sum(axis=1)[~m] == 0).all()
