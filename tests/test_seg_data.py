@@ -208,3 +208,57 @@ def test_digits_det_targets_fit_the_boxes():
     assert (t[:, 4][m] == 1).all() and (t[:, 0:2].transpose(0, 2, 3, 1)[m] >= 0).all()
     assert (t[:, 0:2].transpose(0, 2, 3, 1)[m] < 1).all()              # the centre lies in its cell
     assert (t[:, 10:20].sum(axis=1)[m] == 1).all() and (t[:, 10:20].sum(axis=1)[~m] == 0).all()
+
+
+# ---------------------------------------------------------------- the reference's .bin sets
+
+
+def _bin(path, records: list[bytes]):
+    path.write_bytes(np.uint32(len(records)).tobytes() + b"".join(records))
+
+
+def test_pets_and_brats_records(tmp_path):
+    rng = np.random.default_rng(0)
+    s = 6
+    img = [rng.integers(0, 256, 3 * s * s, dtype=np.uint8) for _ in range(3)]
+    mask = [rng.integers(0, 3, s * s, dtype=np.uint8) for _ in range(3)]
+    for split in ("train", "val"):
+        _bin(tmp_path / f"{split}.bin", [i.tobytes() + m.tobytes() for i, m in zip(img, mask)])
+    ds = load_dataset("pets", tmp_path, (3, s, s), 3)
+    assert ds.label_format == MASK and ds.x_train.shape == (3, 3, s, s) and ds.y_val.shape == (3, s, s)
+    np.testing.assert_array_equal(ds.y_train[1].ravel(), mask[1])
+    want = (img[2].reshape(3, s, s) / 255.0 - np.array([0.485, 0.456, 0.406])[:, None, None]) / \
+        np.array([0.229, 0.224, 0.225])[:, None, None]
+    np.testing.assert_allclose(ds.x_train[2], want, rtol=1e-5)
+    b = tmp_path / "brats"
+    b.mkdir()
+    vol = [rng.integers(0, 256, 4 * s * s, dtype=np.uint8) for _ in range(2)]
+    seg = [rng.integers(0, 4, s * s, dtype=np.uint8) for _ in range(2)]
+    for split in ("train", "val"):
+        _bin(b / f"{split}.bin", [v.tobytes() + m.tobytes() for v, m in zip(vol, seg)])
+    ds = load_dataset("brats224", b, (4, s, s), 4)
+    np.testing.assert_allclose(ds.x_val[0].ravel(), (vol[0].astype(float) - 128) * 5 / 127, rtol=1e-6)
+    assert set(np.unique(ds.y_train)) <= {0, 1, 2, 3}
+    # a truncated file names itself
+    (b / "val.bin").write_bytes((b / "val.bin").read_bytes()[:-5])
+    with pytest.raises(DataError, match=f"{b / 'val.bin'}: .* do not split into 2 records"):
+        load_dataset("brats", b, (4, s, s), 4)
+
+
+def test_pets_det_records(tmp_path):
+    rng = np.random.default_rng(1)
+    s = 8
+    recs, targets = [], []
+    for _ in range(2):
+        t = rng.random((30, 7, 7), dtype=np.float32)
+        m = (rng.random((7, 7)) < 0.2).astype(np.float32)
+        targets.append((t, m))
+        label = t.astype("<f4").tobytes() + m.astype("<f4").tobytes() + np.uint32(1).tobytes() + bytes(56 * 20)
+        assert len(label) == 7200
+        recs.append(rng.integers(0, 256, 3 * s * s, dtype=np.uint8).tobytes() + label)
+    for split in ("train", "val"):
+        _bin(tmp_path / f"{split}.bin", recs)
+    ds = load_dataset("pets_det", tmp_path, (3, s, s), None)
+    assert ds.label_format == BOXES and ds.y_train.shape == (2, 31, 7, 7)
+    np.testing.assert_array_equal(ds.y_train[1, :30], targets[1][0])
+    np.testing.assert_array_equal(ds.y_train[1, 30], targets[1][1])
