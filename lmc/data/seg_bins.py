@@ -30,8 +30,8 @@ DET_LABEL_BYTES = 7200          # 30·7·7·4 + 7·7·4 + 4 + 56·20
 DET_PER_CELL, DET_GRID = 30, 7
 
 
-def _read(path: Path, kind: str, per_pixel: int, extra: int) -> tuple[np.ndarray, int, int]:
-    """(records [n, bytes] u8, n, S): records of per_pixel·S² + extra bytes after a u32 count."""
+def _read(path: Path, kind: str, bytes_per_px: int, extra: int) -> tuple[np.ndarray, int, int]:
+    """(records [n, bytes] u8, n, S): records of bytes_per_px·S² + extra bytes after a u32 count."""
     if not path.is_file():
         raise DataError(f"no such file: {path}, expected the {kind} records (train.bin and val.bin)",
                         hint=fetch_hint(kind, "convert the dataset with the reference's preprocessing scripts"))
@@ -43,10 +43,10 @@ def _read(path: Path, kind: str, per_pixel: int, extra: int) -> tuple[np.ndarray
     if n == 0 or body % n:
         raise DataError(f"{path}: {body} bytes after the header do not split into {n} records")
     rec = body // n
-    s2, rem = divmod(rec - extra, per_pixel)
+    s2, rem = divmod(rec - extra, bytes_per_px)
     s = int(round(np.sqrt(s2))) if s2 > 0 else 0
     if rem or s2 <= 0 or s * s != s2:
-        raise DataError(f"{path}: records of {rec} bytes do not hold {per_pixel}·S² bytes of image and mask"
+        raise DataError(f"{path}: records of {rec} bytes do not hold {bytes_per_px}·S² bytes of image and mask"
                         + (f" plus a {extra}-byte label" if extra else "") + " for any square S")
     return raw[4:].reshape(n, rec), n, s
 
