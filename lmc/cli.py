@@ -301,6 +301,7 @@ def eval_cmd(spec: SpecArg,
              batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
              region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
+             recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
              predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
              set: SetOpt = None) -> None:
@@ -311,7 +312,8 @@ def eval_cmd(spec: SpecArg,
             raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
-                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region)
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
+                                recalibrate)
         if dump_correct is not None and not hasattr(r, "correct"):
             raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
                            f"(this spec's labels) does not have")
@@ -337,6 +339,25 @@ def eval_cmd(spec: SpecArg,
         print(json.dumps(d))
     else:
         console.print(r.describe(), markup=False, highlight=False)
+
+
+@app.command(cls=_Command)
+def sample(spec: SpecArg,
+           init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors.")],
+           prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
+           tokens: Annotated[int, typer.Option(help="How many bytes to sample after the prompt.")] = 200,
+           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely byte every time.")] = 0.8,
+           top_k: Annotated[int, typer.Option(help="Sample among the k most likely bytes only (0: all of them).")] = 0,
+           seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
+           backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+           chip: ChipOpt = None,
+           set: SetOpt = None) -> None:
+    """Sample text from a byte-level language model (SPEC ends in lm_head) through its compiled @forward."""
+    from .sample import sample as run_sample
+    with user_errors():
+        net = _load(spec, set, 1)
+        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip)
+    sys.stdout.write(text + "\n")
 
 
 @app.command(cls=_Command)

@@ -13,6 +13,8 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
   @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
+  @spectral_project(W..., U..., cap) -> (W'..., U'...)  (train.spectral_cap; W the capped
+      weights, U their power-iteration vectors: lmc/trust/spectral.py)
 @input_grad is the training graph (BN with batch statistics) carried down to the input: the
 loss of the batch and its gradient with respect to x, for attacks (lmc/trust/attack.py).
 The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
@@ -183,6 +185,8 @@ class _Emitter:
     def __init__(self, net: TypedNet):
         self.net = net
         self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
+        # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision)
+        self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
         self.lines: list[str] = []
         self.n = 0
@@ -254,6 +258,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
             bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
         if net.spec.train.use_swa:
             bodies.append(_average(net, em, a))
+        if net.spec.train.spectral_cap > 0:
+            bodies.append(_spectral_project(net, em))
     if functions == "input_grad":
         if net.spec.train is None:
             raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
@@ -292,8 +298,9 @@ def _prim_for(node: Node, forms: dict):
 
 
 def _rendered(em: _Emitter, node: Node):
-    r = render_prim(_prim_for(node, em.forms), [v.type for v in node.inputs], [p.type for p in node.params],
-                    node.out.type)
+    prim = _prim_for(node, em.forms)
+    extra = {"bf16": True} if em.bf16 and prim.mixed_precision else None
+    r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r
 
@@ -556,6 +563,23 @@ def _average(net: TypedNet, em: _Emitter, a: Abi) -> str:
         else:
             rets_a.append((em.call(sym, [(f"%a{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t])[0], t))
     return _func("average", args, em, rets_a + rets_q)
+
+
+def _spectral_project(net: TypedNet, em: _Emitter) -> str:
+    """train.spectral_cap: each capped weight projected by templates/trust/spectral.mlir.j2."""
+    from .trust.spectral import capped, context
+    em.lines = []
+    caps = capped(net)
+    args = [f"%w{i}: {c.param.type.mlir}" for i, c in enumerate(caps)] + \
+           [f"%u{i}: {c.u_type.mlir}" for i, c in enumerate(caps)] + ["%cap: tensor<f32>"]
+    rets_w, rets_u = [], []
+    for i, c in enumerate(caps):
+        t, ut = c.param.type.mlir, c.u_type.mlir
+        sym = _template(em, "trust/spectral.mlir.j2", "spectral", context(c), "train.spectral_cap")
+        r = em.call(sym, [(f"%w{i}", t), (f"%u{i}", ut), ("%cap", SCALAR)], [t, ut])
+        rets_w.append((r[0], t))
+        rets_u.append((r[1], ut))
+    return _func("spectral_project", args, em, rets_w + rets_u)
 
 
 def _sum(em: _Emitter, vals: list[str], t: str) -> str:

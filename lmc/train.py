@@ -45,7 +45,7 @@ METRICS = "metrics.jsonl"
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
                 "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout",
+                "drop_path", "use_tta", "bf16_conv", "dropout",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
@@ -90,6 +90,14 @@ def check_recipe(cfg) -> None:
     if on:
         raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
                          hint="remove these fields from the recipe (or set them to their defaults)")
+    if cfg.fp8.value != "off":
+        with_ = [f for f, on in (("use_ema", cfg.use_ema), ("use_swa", cfg.use_swa),
+                                  ("grad_accum_steps > 1", cfg.grad_accum_steps > 1),
+                                  ("spectral_cap", cfg.spectral_cap > 0)) if on]
+        if with_:
+            raise TrainError(f"not implemented yet: train.fp8 with {', '.join(with_)}")
+    if cfg.spectral_cap > 0 and cfg.grad_accum_steps > 1:
+        raise TrainError("not implemented yet: train.spectral_cap with grad_accum_steps > 1")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
         raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
 
@@ -256,6 +264,9 @@ class Trainer:
                     raise TrainError(f"--resume: the checkpoint was trained with {key} {m.get(key)}, now {now}; "
                                      f"the data position would not mean the same batches",
                                      hint="resume with the same batch size and dataset")
+            if m.get("fp8", "off") != cfg.fp8.value:
+                raise TrainError(f"--resume: the checkpoint was trained with fp8 {m.get('fp8', 'off')}, this "
+                                 f"recipe has fp8 {cfg.fp8.value}", hint="resume with the recipe the run was started with")
             for key, now in (("seed", cfg.seed), ("shuffle", opts.shuffle)):
                 if m.get(key) != now:
                     self.warn(f"the checkpoint used {key}={m.get(key)}, this run {key}={now}: "
@@ -324,6 +335,8 @@ class Trainer:
             out += ["swa_sq", "swag_dev"]
         if self.abi.accum > 1:
             out.append("grad_acc")
+        if cfg.spectral_cap > 0:
+            out.append("spectral_u")
         return out
 
     def _setup_regions(self, params):
@@ -342,6 +355,14 @@ class Trainer:
         self.Q = [up(a) for a in region("swa_sq", zeros)] if self.cfg.use_swag else []
         self.G = [up(a) for a in region("grad_acc", zeros)] if self.abi.accum > 1 else []
         self.swa_n = int(self.resumed.meta.get("swa_n", 0)) if self.resumed is not None else 0
+        # spectral_cap: the capped weights' power-iteration vectors (warm starts)
+        self.caps, self.U = [], []
+        if self.cfg.spectral_cap > 0:
+            from .trust.spectral import capped, initial_u
+            self.caps = capped(self.net)
+            U = ([got["spectral_u"][c.param.name] for c in self.caps] if "spectral_u" in got
+                 else initial_u(self.caps, self.cfg.seed))
+            self.U = [up(a) for a in U]
         # SWAG's last K deviations θ − swa, host side (only sampling at eval reads them)
         self.devs = []
         if self.cfg.use_swag and "swag_dev" in got:
@@ -354,11 +375,25 @@ class Trainer:
         for r, arrays in (("ema", self.E), ("swa", self.A), ("swa_sq", self.Q), ("grad_acc", self.G)):
             if r in self.regions():
                 out[r] = dict(zip(names, _to_host(arrays)))
+        if self.caps:
+            out["spectral_u"] = {c.param.name: u for c, u in zip(self.caps, _to_host(self.U))}
         if self.cfg.use_swag:
             out["swag_dev"] = {n: (np.stack([d[i] for d in self.devs]) if self.devs else
                                    np.zeros((0,) + p.type.dims, np.float32))
                                for i, (n, p) in enumerate(zip(names, self.net.params))}
         return out
+
+    def project(self, calls: int = 1):
+        """train.spectral_cap: `calls` rounds of @spectral_project on the capped weights."""
+        idx = {p.name: i for i, p in enumerate(self.net.params)}
+        W = [self.P[idx[c.param.name]] for c in self.caps]
+        cap = np.asarray(self.cfg.spectral_cap, np.float32)     # rank 0
+        for _ in range(calls):
+            out = list(self.module.spectral_project(*W, *self.U, cap))
+            W, self.U = out[:len(W)], out[len(W):]
+        self.P = list(self.P)
+        for c, w in zip(self.caps, W):
+            self.P[idx[c.param.name]] = w
 
     def swa_update(self):
         """End of an epoch ≥ swa_start_epoch: swa ← swa + (θ − swa)/(n + 1) (and SWAG's mean of
@@ -394,7 +429,7 @@ class Trainer:
                 "epochs": self.cfg.epochs, "loss": self.last_loss, "spec": self.net.spec.file,
                 "name": self.net.spec.name, "complete": complete, "time": _now(),
                 "lr": self.lr_at(max(self.step, 1)), "swa_n": self.swa_n,
-                "eval_region": self.eval_region(final=complete)}
+                "eval_region": self.eval_region(final=complete), "fp8": self.cfg.fp8.value}
         save_checkpoint(self.ckpt_path, self.net, self.abi.opt_keys, params, opt, state, meta, self.host_regions())
         self.last_ckpt_step = self.step
         self.metrics.write(kind="checkpoint", step=self.step, epoch=self.epoch + (1 if self.batch else 0),
@@ -475,6 +510,11 @@ class Trainer:
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
+        if self.caps and self.steps_run and self.step >= self.total:
+            # spectral_cap's last projection, with more power iterations; scored again below
+            from .trust.spectral import FINAL_CALLS
+            self.project(FINAL_CALLS)
+            self.last_eval_step = None
         # always end with an eval and a checkpoint of the final state (unless just done)
         final_region = self.eval_region(final=True)
         if self.last_eval_step != self.step or self.last_eval is None or \
@@ -501,6 +541,30 @@ class Trainer:
     def fit(self, y):
         """The data pipeline's labels → the loss's label tensor (class ids, soft targets, …)."""
         return self.abi.loss.fit_labels(y, self.net.num_classes or 1, self.cfg)
+
+    def noised(self, x):
+        """train.gaussian_noise_sigma σ > 0: x + N(0, σ²I), host side, every batch (randomized
+        smoothing's matched noise, lmc certify); drawn from (seed, step), so a resumed run
+        draws what the uninterrupted one did."""
+        sigma = self.cfg.gaussian_noise_sigma
+        if not sigma:
+            return x
+        rng = np.random.default_rng([self.cfg.seed, 0x6A55, self.step])
+        return (x + np.float32(sigma) * rng.standard_normal(x.shape, dtype=np.float32)).astype(np.float32)
+
+    def _fp8_step(self, x, y, lr):
+        """train.fp8 (lmc/trust/fp8.py): the step on E4M3-projected weights and input, its update
+        folded into the f32 master (self.P holds the master between steps)."""
+        from .trust.fp8 import project, project_params, weight_axes
+        if not hasattr(self, "_fp8_axes"):
+            self._fp8_axes = weight_axes(self.net)
+        master = _to_host(self.P)
+        q = project_params(self.net, master, self._fp8_axes)
+        up = self.module.upload
+        self.P = [up(a) for a in q]
+        loss, correct = self._fused_step(project(np.asarray(x, np.float32), None), y, lr)
+        self.P = [up(m + (o - p)) for m, o, p in zip(master, _to_host(self.P), q)]
+        return loss, correct
 
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
@@ -544,6 +608,8 @@ class Trainer:
                                    TimeRemainingColumn)
         cfg, net = self.cfg, self.net
         step_fn = self._micro_step if self.abi.accum > 1 else self._fused_step
+        if cfg.fp8.value != "off":
+            step_fn = self._fp8_step
         console = self.console
         while self.step < self.stop_at and self.epoch < cfg.epochs:
             e = self.epoch
@@ -571,7 +637,9 @@ class Trainer:
                     for x, y in it:
                         self.step += 1
                         lr = self.lr_at(self.step)
-                        loss_d, corr_d = step_fn(x, y, lr)
+                        loss_d, corr_d = step_fn(self.noised(x), y, lr)
+                        if self.caps and self.step % cfg.spectral_every == 0:
+                            self.project()
                         self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))
                         self.batch += 1
                         steps_epoch += 1
@@ -629,10 +697,12 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
-                        region: str = "auto") -> EvalResult:
+                        region: str = "auto", recalibrate: int = 0) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
-    run's final eval), or auto — the weights the run's own eval scored at that checkpoint."""
+    run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
+    recalibrate N > 0: the BN statistics re-estimated from N training batches first
+    (lmc/trust/recalibrate.py)."""
     from .checkpoint import load_region, read_tensors
     from .compile import compile_module, resolve_backend
     from .evaluate import evaluate_swag
@@ -640,10 +710,18 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     from .runtime import Module
     if region not in EVAL_REGIONS:
         raise TrainError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
+    if recalibrate:
+        if recalibrate < 0:
+            raise TrainError(f"--recalibrate must be at least 1 batch, got {recalibrate}")
+        if not net.state:
+            raise TrainError("--recalibrate: the net has no BN running statistics to re-estimate")
+        if net.spec.train is None:
+            raise TrainError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
     got = load_init(Path(init), net)
-    if net.state and got.state is None:
+    if net.state and got.state is None and not recalibrate:
         raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
-                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
+                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them, "
+                              "or re-estimate them with --recalibrate N (N training batches)")
     tensors, meta = read_tensors(Path(init)) if Path(init).suffix == ".npz" else (None, None)
     if region == "auto":
         region = (meta or {}).get("eval_region", "live")
@@ -673,7 +751,13 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({got.what}; {region} weights)")
     mod = Module(c.path, b)
-    S = [mod.upload(a) for a in (got.state or [])]
+    if recalibrate:
+        from .trust.recalibrate import recalibrate_bn
+        if text is None:
+            raise TrainError("--recalibrate needs the spec's train step, which does not lower for this recipe")
+        S = recalibrate_bn(mod, net, got.params, recalibrate, ds, log)
+    else:
+        S = [mod.upload(a) for a in (got.state or [])]
     args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
     if region == "swag":
         cfg = net.spec.train

@@ -7,7 +7,8 @@
 
 Kinds: mnist (IDX files), cifar10 (binary batches), imagenette and imagenet (class-per-folder images; streamed when large),
 npz (one .npz file), synthetic (drawn from the seed), digits (scikit-learn's embedded 8x8
-digits, the default: never downloads).  One module per kind; pure numpy + Pillow.
+digits, the default: never downloads), text (a UTF-8 file as byte windows for a language
+model; without a path the embedded corpus of standard-library sources).  One module per kind; pure numpy + Pillow.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, seg_bins, synthetic
+from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, seg_bins, synthetic, text
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
 from lmc.errors import DataError
@@ -24,9 +25,9 @@ from lmc.errors import DataError
 __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
 
 KINDS = ("mnist", "cifar10", "imagenette", "imagenet", "npz", "synthetic", "digits", "digits_seg", "digits_denoise",
-         "digits_det", "pets", "brats", "brats224", "pets_det")
-# Kinds built in memory, needing no files (digits_seg/digits_denoise: lmc/data/digits_seg.py).
-EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "digits_det")
+         "digits_det", "pets", "brats", "brats224", "pets_det", "text")
+# Kinds built in memory, needing no files (digits_seg/digits_denoise/digits_det: lmc/data/digits_seg.py).
+EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "digits_det", "text")   # text: the embedded corpus
 # Kinds the reference knows (training.md §4) that lmc does not load yet.
 UNSUPPORTED = ()
 
@@ -81,6 +82,8 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> D
         return digits_seg.load_denoise()
     if kind == "digits_det":
         return digits_seg.load_det()
+    if kind == "text":           # a path, or the embedded corpus without one
+        return text.load(Path(path).expanduser() if path is not None else None, input_shape)
     if path is None:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "

@@ -111,7 +111,11 @@ class FpnDetect(Layer):
     tower: int
     zero_ok: ClassVar = frozenset({"tower"})
     examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), TensorType((2, 5, 2, 2))),
-                          (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((1, 4, 1, 1)))]
+                          (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((2, 4, 1, 1)))]
+
+    @classmethod
+    def net_before(cls, fields, x):
+        return _resnet_before([fields[c] for c in ("c3", "c4", "c5")], x)
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.c5, "c5")
