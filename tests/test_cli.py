@@ -327,16 +327,16 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
     # recipe refusals (train.check_recipe) and a loss option that is not lowered yet
     yolo = tmp_path / "yolo.yaml"
     yolo.write_text(YOLO)
-    r = run("validate", yolo, "--set", "train.use_tta=true", "--set", "train.use_diou_box=true")
+    r = run("validate", yolo, "--set", "train.use_tta=true", "--set", "train.anchors=[[1, 1]]")
     assert r.exit_code == 0
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
     assert len(warnings) == 2
-    assert warnings[0].startswith("warning: --set train.use_diou_box: not implemented yet: train.use_diou_box "
+    assert warnings[0].startswith("warning: --set train.anchors: not implemented yet: train.anchors "
                                   "(with loss yolov1_masked)")
-    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.use_diou_box, train.use_tta"
+    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.anchors, train.use_tta"
     # and what validate warns of is exactly what render refuses
-    r2 = run("render", yolo, "--set", "train.use_diou_box=true")
-    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.use_diou_box: not implemented yet")
+    r2 = run("render", yolo, "--set", "train.anchors=[[1, 1]]")
+    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.anchors: not implemented yet")
     r = run("validate", RECIPE)
     assert r.exit_code == 0 and "warning:" not in r.stderr
 

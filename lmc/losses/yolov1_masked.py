@@ -12,18 +12,41 @@ ground-truth centre falls) as the last channel (the seed's separate %m_yolo, pac
   T6 = −Σ m·Σ_c t_c·log_softmax(cls)_c
 use_focal (§6.1, γ = focal_gamma): T3..T5 become sigmoid focal BCE on the confidence logits,
 the focal weight detached (the seed's seed, not the exact gradient of the reported loss).
-Not lowered yet (refused, never ignored): use_diou_box, anchors, fpn_scales, yolo_cls_weights,
+use_diou_box (§6.2): T1 + T2 become λc Σ m·(1 − DIoU) with the σ/exp parameterization, hand-
+derived backward; decoding then uses the same parameterization.
+Not lowered yet (refused, never ignored): anchors, fpn_scales, yolo_cls_weights,
 yolo_cls_focal_gamma."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..types import f32, flt
+from ..types import TensorType, f32, flt
 from . import BOXES, Loss, Rule, register
 
 LAMBDA_COORD, LAMBDA_NOOBJ, EPS = 5.0, 0.5, 1e-6
 BOX_CH = 10                   # channels before the class scores (2 boxes × 5)
 W_FLOOR = 1e-12               # the focal weight's floor (§6.1)
+EXP_CAP = 8.0                 # tw, th are capped before exp (iree.md §5 #16: exp overflow → NaN)
+TINY = 1e-9                   # the DIoU union and enclosing diagonal are clamped at this
+
+
+def diou(xp, z, t):
+    """DIoU of box0 per cell [B, gH, gW] (losses.md §6.2): prediction cx = (j + σ(tx))/gW,
+    cy = (i + σ(ty))/gH, w = exp(min(tw, 8)), h = exp(min(th, 8)); target cx = (j + x)/gW, …"""
+    gh, gw = z.shape[2:]
+    ii = xp.arange(gh).reshape(1, gh, 1)
+    jj = xp.arange(gw).reshape(1, 1, gw)
+    cx, cy = (jj + 1 / (1 + xp.exp(-z[:, 0]))) / gw, (ii + 1 / (1 + xp.exp(-z[:, 1]))) / gh
+    w, h = xp.exp(xp.minimum(z[:, 2], EXP_CAP)), xp.exp(xp.minimum(z[:, 3], EXP_CAP))
+    cxt, cyt, wt, ht = (jj + t[:, 0]) / gw, (ii + t[:, 1]) / gh, t[:, 2], t[:, 3]
+    iw = xp.maximum(xp.minimum(cx + w / 2, cxt + wt / 2) - xp.maximum(cx - w / 2, cxt - wt / 2), 0.0)
+    ih = xp.maximum(xp.minimum(cy + h / 2, cyt + ht / 2) - xp.maximum(cy - h / 2, cyt - ht / 2), 0.0)
+    inter = iw * ih
+    union = xp.maximum(w * h + wt * ht - inter, TINY)
+    ew = xp.maximum(cx + w / 2, cxt + wt / 2) - xp.minimum(cx - w / 2, cxt - wt / 2)
+    eh = xp.maximum(cy + h / 2, cyt + ht / 2) - xp.minimum(cy - h / 2, cyt - ht / 2)
+    c2 = xp.maximum(ew ** 2 + eh ** 2, TINY)
+    return inter / union - ((cx - cxt) ** 2 + (cy - cyt) ** 2) / c2
 
 
 def _detach(xp, v):
@@ -47,11 +70,13 @@ class YoloV1Masked(Loss):
     counts_correct = False        # no in-loop metric (losses.md §9): detection is scored by mAP
     oracle_net = ([("conv2d", {"ic": 2, "oc": 4, "k_size": 3, "act": "relu"})], (2, 2, 3, 4))
     examples = [({"loss_kind": "yolov1_masked"}, [("", {})]),
-                ({"loss_kind": "yolov1_masked", "use_focal": True}, [("", {}), ("g0.5", {"focal_gamma": 0.5})])]
+                ({"loss_kind": "yolov1_masked", "use_focal": True}, [("", {}), ("g0.5", {"focal_gamma": 0.5})]),
+                ({"loss_kind": "yolov1_masked", "use_diou_box": True}, [("", {})])]
 
     def __init__(self, kind, cfg=None):
         super().__init__(kind, cfg)
         self.focal = bool(cfg is not None and cfg.use_focal)
+        self.diou = bool(cfg is not None and cfg.use_diou_box)
         self.hp = ("focal_gamma",) if self.focal else ()
 
     def rules(self, cfg, soft_aug):
@@ -65,7 +90,7 @@ class YoloV1Masked(Loss):
         return out
 
     def refused(self, cfg):
-        return [f for f in ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma")
+        return [f for f in ("anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma")
                 if getattr(cfg, f)]
 
     def check_output(self, out):
@@ -92,7 +117,8 @@ class YoloV1Masked(Loss):
 
         def t(c):
             return f32(b, c, gh, gw).mlir
-        return {"b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal,
+        return {"b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal, "diou": self.diou, "gh": gh, "gw": gw,
+                "inv_gh": flt(1.0 / gh), "inv_gw": flt(1.0 / gw), "cmask": TensorType((b, gh, gw), "i1").mlir,
                 "s1": t(1), "s2": t(2), "s4": t(4), "sc": t(p - BOX_CH), "cell": f32(b, gh, gw).mlir,
                 "sl_xy": sl(0, 2), "sl_wh": sl(2, 4), "sl_c0": sl(4, 5), "sl_c1": sl(9, 10), "sl_cls": sl(BOX_CH, p),
                 "sl_m": sl(p, p + 1), "lc": flt(LAMBDA_COORD), "ln": flt(LAMBDA_NOOBJ), "eps": flt(EPS),
@@ -115,14 +141,16 @@ class YoloV1Masked(Loss):
         t[:, -1] = m
         return t
 
-    @staticmethod
-    def reference(xp, logits, labels, focal_gamma=None):
+    def reference(self, xp, logits, labels, focal_gamma=None):
         b, p = logits.shape[:2]
         z, t = logits, labels
         m = t[:, p]
-        t1 = LAMBDA_COORD * (m * ((z[:, 0:2] - t[:, 0:2]) ** 2).sum(axis=1)).sum()
-        sq = xp.sqrt(xp.maximum(z[:, 2:4], EPS)) - xp.sqrt(xp.maximum(t[:, 2:4], EPS))
-        t2 = LAMBDA_COORD * (m * (sq ** 2).sum(axis=1)).sum()
+        if self.diou:
+            t1, t2 = LAMBDA_COORD * (m * (1.0 - diou(xp, z, t))).sum(), 0.0
+        else:
+            t1 = LAMBDA_COORD * (m * ((z[:, 0:2] - t[:, 0:2]) ** 2).sum(axis=1)).sum()
+            sq = xp.sqrt(xp.maximum(z[:, 2:4], EPS)) - xp.sqrt(xp.maximum(t[:, 2:4], EPS))
+            t2 = LAMBDA_COORD * (m * (sq ** 2).sum(axis=1)).sum()
         c0, c1 = z[:, 4], z[:, 9]
         if focal_gamma is None:
             obj = (m * (c0 - 1) ** 2).sum() + LAMBDA_NOOBJ * ((1 - m) * c0 ** 2).sum() + LAMBDA_NOOBJ * (c1 ** 2).sum()
@@ -156,8 +184,12 @@ class YoloV1Masked(Loss):
         c = z[:, BOX_CH:p] - z[:, BOX_CH:p].max(axis=1, keepdims=True)
         prob = np.exp(c) / np.exp(c).sum(axis=1, keepdims=True)
         ii, jj = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
-        cx, cy = (jj + z[:, 0]) / gw, (ii + z[:, 1]) / gh
-        w, h = np.clip(z[:, 2], 0.0, 1.0), np.clip(z[:, 3], 0.0, 1.0)
+        if self.diou:                     # the σ/exp parameterization the DIoU term trains
+            cx, cy = (jj + 1 / (1 + np.exp(-z[:, 0]))) / gw, (ii + 1 / (1 + np.exp(-z[:, 1]))) / gh
+            w, h = np.exp(np.minimum(z[:, 2], EXP_CAP)), np.exp(np.minimum(z[:, 3], EXP_CAP))
+        else:
+            cx, cy = (jj + z[:, 0]) / gw, (ii + z[:, 1]) / gh
+            w, h = np.clip(z[:, 2], 0.0, 1.0), np.clip(z[:, 3], 0.0, 1.0)
         boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(b, -1, 4)
         return boxes, (conf * prob.max(axis=1)).reshape(b, -1), prob.argmax(axis=1).reshape(b, -1)
 
