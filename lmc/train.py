@@ -43,8 +43,8 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("anchors", "fpn_scales",
-                "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
+_UNSUPPORTED = ("fpn_scales",
+                "det_prior_pi", "train_res", "test_crop_ratio",
                 "drop_path", "use_tta", "bf16_conv", "dropout",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 

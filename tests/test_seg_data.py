@@ -262,3 +262,33 @@ def test_pets_det_records(tmp_path):
     assert ds.label_format == BOXES and ds.y_train.shape == (2, 31, 7, 7)
     np.testing.assert_array_equal(ds.y_train[1, :30], targets[1][0])
     np.testing.assert_array_equal(ds.y_train[1, 30], targets[1][1])
+
+
+def test_anchor_targets_decode_to_their_own_boxes():
+    pytest.importorskip("pycocotools")
+    from lmc.config import TrainConfig
+    from lmc.metrics import DetResult
+    cfg = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, use_yolov1=True, anchors=((0.5, 0.5), (1.0, 2.0)))
+    loss = loss_for(LossKind("yolov1_masked"), cfg)
+    rng = np.random.default_rng(3)
+    t = np.zeros((4, 2 * 8, 3, 3), np.float32)        # 2 anchors × (5 + 3 classes)
+    for k, (aw, ah) in enumerate(((0.5, 0.5), (1.0, 2.0))):
+        o = 8 * k
+        m = rng.random((4, 3, 3)) < 0.3
+        t[:, o + 4] = m
+        t[:, o:o + 2] = rng.uniform(0.1, 0.9, (4, 2, 3, 3))
+        t[:, o + 2] = aw * rng.uniform(0.5, 1.5, (4, 3, 3))
+        t[:, o + 3] = ah * rng.uniform(0.5, 1.5, (4, 3, 3))
+        t[:, o + 5:o + 8] = rng.integers(0, 3, (4, 3, 3))[:, None] == np.arange(3)[None, :, None, None]
+    # the logits that decode exactly to the targets: σ⁻¹ of the offsets, log(w/a), confident class
+    z = t.copy()
+    for k, (aw, ah) in enumerate(((0.5, 0.5), (1.0, 2.0))):
+        o = 8 * k
+        z[:, o:o + 2] = np.log(t[:, o:o + 2] / (1 - t[:, o:o + 2]))
+        z[:, o + 2], z[:, o + 3] = np.log(t[:, o + 2] / aw), np.log(t[:, o + 3] / ah)
+        z[:, o + 4] = np.where(t[:, o + 4] > 0, 8.0, -8.0)
+        z[:, o + 5:o + 8] = 20 * t[:, o + 5:o + 8]
+    r = DetResult(loss)
+    r.add(z, t)
+    assert sum(len(g[1]) for g in r.gts) == int(t[:, [4, 12]].sum()) > 0
+    assert r.maps()[0] == pytest.approx(1.0)
