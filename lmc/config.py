@@ -10,7 +10,7 @@ from typing import Any
 from .errors import Loc, SpecError
 from .fields import Choice, OptimizerKind, coerce, show, snake
 from .types import TensorType
-from .losses import BOXES, CLASS, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
+from .losses import BOXES, CLASS, FLOAT, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
 
 REQUIRED = object()
 
@@ -27,6 +27,8 @@ class DatasetKind(Choice):
     digits = "digits"          # embedded default: scikit-learn's bundled 8x8 digits
     npz = "npz"                # user arrays x, y (optional x_val, y_val)
     synthetic = "synthetic"    # seeded random data of the spec's shapes
+    digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
+    digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
     text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
 
 
@@ -165,7 +167,28 @@ _FIELDS: list[tuple[str, Any, Any]] = [
     ("fpn_affine_area_thr", float, 0.1),    # Ultralytics' value; the seed states none
     ("yolo_cls_focal_gamma", float, 0.0),
 ]
-TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS}
+
+
+class Fp8Format(Choice):
+    off = "off"
+    e4m3 = "e4m3"      # float8 E4M3 (ml_dtypes.float8_e4m3fn): weights per column/channel, input per tensor
+
+    @classmethod
+    def parse(cls, value, where):
+        if value is False:      # YAML 1.1 reads a bare `off` (and `false`, `no`) as false
+            return cls.off
+        return super().parse(value, where)
+
+
+# lmc's own recipe fields beyond the seed's TrainConfig: the trust tools' training knobs
+# (docs/trust.md), after the seed's 78 in TrainConfig.
+_LMC_FIELDS: list[tuple[str, Any, Any]] = [
+    ("gaussian_noise_sigma", float, 0.0),   # N(0, σ²) added to every training batch (smoothing)
+    ("spectral_cap", float, 0.0),           # project weights onto ‖W‖₂ ≤ c; 0 = off
+    ("spectral_every", int, 1),             # ... after every K steps (and at the end)
+    ("fp8", Fp8Format, Fp8Format.off),
+]
+TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS + _LMC_FIELDS}
 # Fields that are counts where 0 is meaningful ("off").
 _ZERO_OK = {"seed", "warmup_epochs", "train_res", "swa_start_epoch", "checkpoint_every_n_epochs",
             "eval_every_n_epochs", "val_every_epochs", "rand_augment_n", "epochs"}
@@ -183,17 +206,18 @@ DEPENDS = {
     "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
     "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
-    "rand_augment_inc": "rand_augment_geometric",
+    "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
 }
 
 
 def _make_config_class():
     ns = {"__annotations__": {}}
-    for name, t, d in _FIELDS:
+    for name, t, d in _FIELDS + _LMC_FIELDS:
         ns["__annotations__"][name] = t
         if d is not REQUIRED:
             ns[name] = field(default=d)
-    ns["__doc__"] = "The training recipe: every field of the seed's TrainConfig (78), snake_case."
+    ns["__doc__"] = ("The training recipe: every field of the seed's TrainConfig (78), snake_case, then "
+                     "lmc's own (_LMC_FIELDS).")
     return dataclass(frozen=True)(type("TrainConfig", (), ns))
 
 
@@ -244,7 +268,8 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
 
 # The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
 # segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
-DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES}
+DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES,
+                  "digits_seg": MASK, "digits_denoise": FLOAT}
 
 
 def dataset_labels(dataset) -> str:

@@ -105,3 +105,21 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
         return (z * p.std).astype(np.float32)
     raise TrainError(f"parameter {p.name}: unknown init kind {p.init!r} (known: {', '.join(KINDS)})",
                      hint="add the rule to lmc/init.py")
+
+
+def apply_head_prior(params: list[np.ndarray], net, cfg) -> list[str]:
+    """`head_prior_bias` π (RetinaNet's prior init, training.md §1 step 2): the head's bias — the
+    last parameter tensor, which must be a [NC] bias — becomes log π_c, so the net starts out
+    predicting the class prior instead of a uniform distribution.  Replaces params in place."""
+    prior = np.asarray(cfg.head_prior_bias, np.float64)
+    if prior.size == 0:
+        return []
+    last = net.params[-1] if net.params else None
+    if last is None or last.type.dims != (prior.size,):
+        raise TrainError(f"train.head_prior_bias: {prior.size} values, but the net's last parameter is "
+                         f"{last.name + ' ' + str(list(last.type.dims)) if last else 'missing'}, not a "
+                         f"[{prior.size}] head bias", hint="end the net with a dense (or 1×1 conv) layer with a bias")
+    if not (prior > 0).all():
+        raise TrainError(f"train.head_prior_bias: priors must be > 0 (their log is the bias), got {prior.tolist()}")
+    params[-1] = np.log(prior).astype(np.float32)
+    return [f"head prior: {last.name} = log π"]

@@ -13,6 +13,8 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
   @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
+  @spectral_project(W..., U..., cap) -> (W'..., U'...)  (train.spectral_cap; W the capped
+      weights, U their power-iteration vectors: lmc/trust/spectral.py)
 @input_grad is the training graph (BN with batch statistics) carried down to the input: the
 loss of the batch and its gradient with respect to x, for attacks (lmc/trust/attack.py).
 The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
@@ -109,7 +111,7 @@ def abi(net: TypedNet) -> Abi:
         return Abi(net.params, [], [], net.state, net.input, out, out)
     kind = effective_loss(cfg, net.spec.dataset)
     try:
-        loss = make_loss(kind)
+        loss = make_loss(kind, cfg)
     except NotImplementedKind as e:
         raise e.located(net.spec.loc("train", "loss_kind"))
     refused = loss.refused(cfg)
@@ -256,6 +258,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
             bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
         if net.spec.train.use_swa:
             bodies.append(_average(net, em, a))
+        if net.spec.train.spectral_cap > 0:
+            bodies.append(_spectral_project(net, em))
     if functions == "input_grad":
         if net.spec.train is None:
             raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
@@ -559,6 +563,23 @@ def _average(net: TypedNet, em: _Emitter, a: Abi) -> str:
         else:
             rets_a.append((em.call(sym, [(f"%a{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t])[0], t))
     return _func("average", args, em, rets_a + rets_q)
+
+
+def _spectral_project(net: TypedNet, em: _Emitter) -> str:
+    """train.spectral_cap: each capped weight projected by templates/trust/spectral.mlir.j2."""
+    from .trust.spectral import capped, context
+    em.lines = []
+    caps = capped(net)
+    args = [f"%w{i}: {c.param.type.mlir}" for i, c in enumerate(caps)] + \
+           [f"%u{i}: {c.u_type.mlir}" for i, c in enumerate(caps)] + ["%cap: tensor<f32>"]
+    rets_w, rets_u = [], []
+    for i, c in enumerate(caps):
+        t, ut = c.param.type.mlir, c.u_type.mlir
+        sym = _template(em, "trust/spectral.mlir.j2", "spectral", context(c), "train.spectral_cap")
+        r = em.call(sym, [(f"%w{i}", t), (f"%u{i}", ut), ("%cap", SCALAR)], [t, ut])
+        rets_w.append((r[0], t))
+        rets_u.append((r[1], ut))
+    return _func("spectral_project", args, em, rets_w + rets_u)
 
 
 def _sum(em: _Emitter, vals: list[str], t: str) -> str:

@@ -215,7 +215,17 @@ def test_lowerable_specs_render(stem):
 
 
 def test_unlowerable_spec_is_refused_clearly():
+    # a spec around a kind that does not lower yet (whichever is first: the set shrinks)
     from lmc.errors import NotImplementedKind
+    from lmc.layers import all_layers, lowers
     from lmc.lower import lower
-    with pytest.raises(NotImplementedKind, match="unet_up"):
-        lower(infer(load_spec(SPECS / "unet.yaml"), 2))
+    shape_only = [(k, c.examples[0]) for k, c in sorted(all_layers().items())
+                  if not lowers(c) and c.examples and c.examples[0][1].rank == 4 and c.net_before(*c.examples[0]) is None]
+    if not shape_only:
+        pytest.skip("every layer kind lowers")
+    kind, (fields, x) = shape_only[0]
+    _, c, h, w = x.dims
+    body = ", ".join(f"{k}: {getattr(v, 'value', v)}" for k, v in fields.items())
+    text = f"name: t\ninput: {{channels: {c}, height: {h}, width: {w}}}\nlayers:\n  - {kind}: {{{body}}}\n"
+    with pytest.raises(NotImplementedKind, match=f"not implemented yet: {kind}"):
+        lower(infer(load_spec("t.yaml", text=text), 2), "forward")

@@ -214,7 +214,8 @@ def test_dataset_forms_and_errors():
     assert (s.dataset, s.dataset_path) == (DatasetKind.npz, "data/x.npz")
     assert load(MLP + "dataset: petsDet\n").dataset == DatasetKind.pets_det
     assert {d.value for d in DatasetKind} == {"mnist", "cifar10", "imagenette", "pets", "imagenet", "pets_det",
-                                              "brats", "brats224", "digits", "npz", "synthetic", "text"}
+                                              "brats", "brats224", "digits", "npz", "synthetic",
+                                                  "digits_seg", "digits_denoise", "text"}
     e = error(MLP + "dataset: cifar\n")
     assert e.message.startswith("dataset: expected one of mnist, cifar10, ")
     assert e.loc.line == 5
@@ -495,9 +496,10 @@ def cfg(**kw):
 
 
 def test_train_config_has_the_seeds_78_fields():
-    assert len(_FIELDS) == 78 and len(TRAIN_FIELDS) == 78
+    from lmc.config import _LMC_FIELDS
+    assert len(_FIELDS) == 78 and len(TRAIN_FIELDS) == 78 + len(_LMC_FIELDS)
     import dataclasses
-    assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS]
+    assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS + _LMC_FIELDS]
 
 
 def test_train_defaults_match_defaults_md():
@@ -815,7 +817,8 @@ def test_docs_describe_every_train_field():
         if len(cells) == 4 and cells[0].startswith("`") and cells[0].strip("`") in TRAIN_FIELDS:
             rows[cells[0].strip("`")] = cells
     assert sorted(rows) == sorted(TRAIN_FIELDS), set(TRAIN_FIELDS) ^ set(rows)
-    for name, t, d in _FIELDS:
+    from lmc.config import _LMC_FIELDS
+    for name, t, d in _FIELDS + _LMC_FIELDS:
         _, typ, default, meaning = rows[name]
         assert typ == doc_type(name, t), name
         assert default.strip("`") == doc_default(d), name
@@ -823,7 +826,7 @@ def test_docs_describe_every_train_field():
     # and the table lists them in TrainConfig's order
     order = [l.split("|")[1].strip().strip("`") for l in doc.splitlines()
              if l.startswith("| `") and l.split("|")[1].strip().strip("`") in TRAIN_FIELDS]
-    assert order == [n for n, _, _ in _FIELDS]
+    assert order == [n for n, _, _ in _FIELDS + _LMC_FIELDS]
 
 
 def test_probabilities_may_be_one_but_decays_may_not():

@@ -76,9 +76,7 @@ def linear(g, x, name, fi, fo, bias=True):
 def channel_shuffle(g, x, groups):
     """ShuffleNet's channel shuffle of NCHW x: [B, g·n, H, W] → view [B, g, n, H, W] →
     swap the two → [B, n·g, H, W] (channel i·n + j goes to j·g + i)."""
-    b, c, h, w = x.type.dims
-    y = g.op("reshape", x, dims=(b, groups, c // groups, h, w))
-    return g.op("reshape", g.op("transpose", y, perm=(0, 2, 1, 3, 4)), dims=(b, c, h, w))
+    return g.op("channel_shuffle", x, groups=groups)
 
 
 def heads_split(g, x, heads):

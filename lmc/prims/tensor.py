@@ -1,5 +1,5 @@
-"""Tensor primitives: concat, slice, broadcast and mul (broadcasting) lower; transpose,
-upsample (bilinear), scale, channel_matmul, linear and roll are declared (shape rule, FLOPs,
+"""Tensor primitives: concat, slice, broadcast, mul (broadcasting) and upsample (bilinear)
+lower; transpose, scale, channel_matmul, linear and roll are declared (shape rule, FLOPs,
 float64 reference; no template yet): layers built from them are counted by `lmc info` and
 refused by `lmc render` until each has its template."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..types import TensorType
+from ..types import TensorType, flt
 from . import Prim, primitive
 
 
@@ -92,12 +92,32 @@ def _bilinear_taps(n: int, s: int):
     return i0, i1, src - i0
 
 
+def _interp_matrix(n: int, s: int) -> np.ndarray:
+    """A [n·s, n]: row o holds output o's two bilinear weights (half-pixel centres, edges
+    clamped), so resizing an axis is one matmul with a constant."""
+    i0, i1, f = _bilinear_taps(n, s)
+    a = np.zeros((n * s, n))
+    np.add.at(a, (np.arange(n * s), i0), 1.0 - f)
+    np.add.at(a, (np.arange(n * s), i1), f)
+    return a
+
+
+def _dense(a: np.ndarray) -> str:
+    return "[" + ", ".join("[" + ", ".join(flt(v) for v in row) + "]" for row in a) + "]"
+
+
 @primitive("upsample")
 class Upsample(Prim):
-    """Bilinear resize by an integer factor: [B, C, H, W] → [B, C, scale·H, scale·W].
-    FLOPs: 4 per output element (the seed's count)."""
+    """Bilinear resize by an integer factor: [B, C, H, W] → [B, C, scale·H, scale·W], half-pixel
+    centres (align_corners = false), edges clamped (PyTorch's / jax.image.resize's bilinear).
+    FLOPs: 4 per output element (the seed's count).  Saves nothing.  The separable
+    constant-matrix form: y = A_H · x · A_Wᵀ per image and channel (A_n [n·s, n], two nonzeros
+    a row); dx = A_Hᵀ · dy · A_W."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(scale=2), [TensorType((2, 3, 4, 5))], []),
+                (dict(scale=3), [TensorType((1, 2, 3, 2))], []),
+                (dict(scale=2), [TensorType((2, 2, 1, 1))], [])]      # a 1x1 map: every output = it
 
     def infer(self, ins, ps):
         (x,) = ins
@@ -106,6 +126,17 @@ class Upsample(Prim):
         b, c, h, w = x.dims
         out = TensorType((b, c, self.scale * h, self.scale * w))
         return out, 4 * out.size
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        b, c, h, w = ins[0].dims
+        s = self.scale
+        return {"ah": _dense(_interp_matrix(h, s)), "aw": _dense(_interp_matrix(w, s)),
+                "ah_t": TensorType((s * h, h)).mlir, "aw_t": TensorType((s * w, w)).mlir,
+                "xw": TensorType((b, c, h, s * w)).mlir, "yt": TensorType((b, c, s * w, s * h)).mlir,
+                "dyw": TensorType((b, c, s * h, w)).mlir, "dxt": TensorType((b, c, w, h)).mlir}
 
     @staticmethod
     def reference(xp, x, scale):
