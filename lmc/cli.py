@@ -263,6 +263,8 @@ def train(spec: SpecArg,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
+          tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
@@ -273,7 +275,8 @@ def train(spec: SpecArg,
         with user_errors():
             net = _load(spec, sets)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
-                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every))
+                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
+                                tensorboard=tensorboard, stream=stream)
             s = run_training(net, opts, err)
     except Interrupted as e:
         err.print(str(e), markup=False, highlight=False)
@@ -310,11 +313,17 @@ def eval_cmd(spec: SpecArg,
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
                                 recalibrate)
+        if dump_correct is not None and not hasattr(r, "correct"):
+            raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
+                           f"(this spec's labels) does not have")
         if dump_correct is not None:
             from .trust.stats import save_bitmap
             save_bitmap(dump_correct, r.correct())
             err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
-    if as_json:
+    from .evaluate import EvalResult
+    if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/metrics.py)
+        print(json.dumps({**r.as_dict(), "region": r.region}))
+    elif as_json:
         d = r.as_dict()
         d.update(correct=r.top1, top1_ci=[d["top1_lo"], d["top1_hi"]], region=r.region)
         if r.top5 is not None:
@@ -322,6 +331,25 @@ def eval_cmd(spec: SpecArg,
         print(json.dumps(d))
     else:
         console.print(r.describe(), markup=False, highlight=False)
+
+
+@app.command(cls=_Command)
+def sample(spec: SpecArg,
+           init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors.")],
+           prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
+           tokens: Annotated[int, typer.Option(help="How many bytes to sample after the prompt.")] = 200,
+           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely byte every time.")] = 0.8,
+           top_k: Annotated[int, typer.Option(help="Sample among the k most likely bytes only (0: all of them).")] = 0,
+           seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
+           backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+           chip: ChipOpt = None,
+           set: SetOpt = None) -> None:
+    """Sample text from a byte-level language model (SPEC ends in lm_head) through its compiled @forward."""
+    from .sample import sample as run_sample
+    with user_errors():
+        net = _load(spec, set, 1)
+        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip)
+    sys.stdout.write(text + "\n")
 
 
 @app.command(cls=_Command)

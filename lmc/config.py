@@ -10,7 +10,7 @@ from typing import Any
 from .errors import Loc, SpecError
 from .fields import Choice, OptimizerKind, coerce, show, snake
 from .types import TensorType
-from .losses import BOXES, CLASS, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
+from .losses import BOXES, CLASS, FLOAT, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
 
 REQUIRED = object()
 
@@ -27,6 +27,9 @@ class DatasetKind(Choice):
     digits = "digits"          # embedded default: scikit-learn's bundled 8x8 digits
     npz = "npz"                # user arrays x, y (optional x_val, y_val)
     synthetic = "synthetic"    # seeded random data of the spec's shapes
+    digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
+    digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
+    text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
 
 
 @dataclass(frozen=True, init=False)
@@ -265,7 +268,8 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
 
 # The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
 # segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
-DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES}
+DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES,
+                  "digits_seg": MASK, "digits_denoise": FLOAT}
 
 
 def dataset_labels(dataset) -> str:

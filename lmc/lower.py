@@ -111,7 +111,7 @@ def abi(net: TypedNet) -> Abi:
         return Abi(net.params, [], [], net.state, net.input, out, out)
     kind = effective_loss(cfg, net.spec.dataset)
     try:
-        loss = make_loss(kind)
+        loss = make_loss(kind, cfg)
     except NotImplementedKind as e:
         raise e.located(net.spec.loc("train", "loss_kind"))
     refused = loss.refused(cfg)
@@ -185,6 +185,8 @@ class _Emitter:
     def __init__(self, net: TypedNet):
         self.net = net
         self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
+        # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision)
+        self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
         self.lines: list[str] = []
         self.n = 0
@@ -296,8 +298,9 @@ def _prim_for(node: Node, forms: dict):
 
 
 def _rendered(em: _Emitter, node: Node):
-    r = render_prim(_prim_for(node, em.forms), [v.type for v in node.inputs], [p.type for p in node.params],
-                    node.out.type)
+    prim = _prim_for(node, em.forms)
+    extra = {"bf16": True} if em.bf16 and prim.mixed_precision else None
+    r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r
 

@@ -33,8 +33,9 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
+from .metrics import eval_format
 from .infer import check_recipe_fits
-from .init import init_tensors
+from .init import apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
 
 CHECKPOINT = "last.npz"
@@ -42,10 +43,10 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
-                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob", "val_every_epochs")
+_UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
+                "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
+                "drop_path", "use_tta", "use_yolov1", "bf16_conv", "dropout",
+                "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
 @dataclass
@@ -60,6 +61,8 @@ class TrainOptions:
     shuffle: bool = True
     overwrite: bool = False
     log_every: int = 10
+    tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
+    stream: bool | None = None        # image folders decoded per batch (None: by size)
 
 
 class Interrupted(Exception):
@@ -113,9 +116,10 @@ def refusals(net) -> list[LmcError]:
     return errs
 
 
-def load_data(net, data: Path | None, seed: int):
-    """The spec's dataset (or --data), fitted to the net's input and head."""
-    from .data import load_dataset
+def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
+    """The spec's dataset (or --data), fitted to the net's input and head (`stream`: decode
+    image folders per batch; None: the loader decides by size)."""
+    from .data import EMBEDDED, load_dataset
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
     if data is not None and Path(data).suffix == ".npz":
@@ -123,9 +127,12 @@ def load_data(net, data: Path | None, seed: int):
     if kind is None:
         raise DataError(f"{net.spec.file}: the spec names no dataset",
                         hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
-    if path is None and kind not in ("digits", "synthetic"):
+    if path is None and kind not in EMBEDDED:
         path = Path("data") / kind
-    return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed)
+    classes = net.num_classes
+    if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
+        classes = net.output.type.dims[1]
+    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream)
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -140,8 +147,12 @@ def _now() -> str:
 class _Metrics:
     """RUN_DIR/metrics.jsonl, one JSON object per line, flushed as written."""
 
-    def __init__(self, path: Path, keep_until_step: int | None):
+    def __init__(self, path: Path, keep_until_step: int | None, tensorboard: Path | None = None):
         self.path = path
+        self.tb = None
+        if tensorboard is not None:
+            from .tboard import Mirror
+            self.tb = Mirror(tensorboard, None if keep_until_step is None else keep_until_step + 1)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.kept: list[dict] = []
         if keep_until_step is None:
@@ -162,15 +173,22 @@ class _Metrics:
 
     def write(self, flush: bool = True, **rec):
         self.f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            self.tb.record(rec)
         if flush:
-            self.f.flush()
+            self.flush()
 
     def flush(self):
         self.f.flush()
+        if self.tb is not None:
+            self.tb.flush()
 
     def close(self):
         if not self.f.closed:
             self.f.close()
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
 
 
 class Trainer:
@@ -222,7 +240,8 @@ class Trainer:
             if not self.ckpt_path.exists():
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
-        self.ds = load_data(net, opts.data, cfg.seed)
+        self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
+        self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
@@ -270,7 +289,7 @@ class Trainer:
             self.log(f"resuming {self.ckpt_path} at step {self.step} (epoch {self.epoch + 1}, batch {self.batch})")
         else:
             params, state = init_tensors(net, cfg.seed)
-            for note in apply_bootstrap(params, state, net, cfg):
+            for note in apply_bootstrap(params, state, net, cfg) + apply_head_prior(params, net, cfg):
                 self.log(note)
             if opts.init is not None:
                 got = load_init(Path(opts.init), net)
@@ -291,7 +310,8 @@ class Trainer:
         self.O = [up(a) for a in opt_state]
         self.S = [up(a) for a in state]
         self._setup_regions(params)
-        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None)
+        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
+                                self.opts.tensorboard)
         if self.resumed is None:
             self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
                                net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
@@ -431,7 +451,7 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args)
+            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss))
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -454,7 +474,8 @@ class Trainer:
                 self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
             self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
-                               acc=correct / B, lr=lr, images_per_s=round(ips, 1))
+                               acc=correct / B if self.abi.loss.counts_correct else None, lr=lr,
+                               images_per_s=round(ips, 1))
             self.ep_loss += loss
             self.ep_correct += correct
             self.ep_n += 1
@@ -643,11 +664,13 @@ class Trainer:
             self.epoch, self.batch = e + 1, 0
             mean = self.ep_loss / max(self.ep_n, 1)
             acc = self.ep_correct / max(self.ep_n * net.batch, 1)
+            # a regression loss counts nothing (Loss.counts_correct): no accuracy to report
+            counts = self.abi.loss.counts_correct
             ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
-            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
+            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc if counts else None,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))
-            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, train acc {100 * acc:.2f}%, "
+            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, " + (f"train acc {100 * acc:.2f}%, " if counts else "") +
                     f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
@@ -735,6 +758,11 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if region == "swag":
         cfg = net.spec.train
         return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args)
+    try:                                   # the recipe's loss decides how float targets are scored
+        from .lower import abi
+        eloss = abi(net).loss if net.spec.train is not None else None
+    except LmcError:
+        eloss = None
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss))
     r.region = region
     return r

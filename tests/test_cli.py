@@ -325,14 +325,14 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
         f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it" for line, i in ((6, 1), (7, 2))]
     assert r.stderr.splitlines()[-1].endswith("ok — 5 layers, 1,818 parameters, output [4, 10]")
     # recipe refusals (train.check_recipe) and a loss with no module in lmc/losses yet
-    r = run("validate", RECIPE, "--set", "train.use_tta=true", "--set", "train.loss_kind=bce")
+    r = run("validate", RECIPE, "--set", "train.use_tta=true", "--set", "train.loss_kind=yolov1_masked", "--set", "train.label_smoothing=0")
     assert r.exit_code == 0
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
     assert len(warnings) == 2
-    assert warnings[0].startswith("warning: --set train.loss_kind: not implemented yet: loss bce")
+    assert warnings[0].startswith("warning: --set train.loss_kind: not implemented yet: loss yolov1_masked")
     assert warnings[1] == f"warning: {RECIPE}:10:1: not implemented yet in lmc train: train.use_tta"
     # and what validate warns of is exactly what render refuses
-    r2 = run("render", RECIPE, "--set", "train.loss_kind=bce")
+    r2 = run("render", RECIPE, "--set", "train.loss_kind=yolov1_masked", "--set", "train.label_smoothing=0")
     assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.loss_kind: not implemented yet")
     r = run("validate", RECIPE)
     assert r.exit_code == 0 and "warning:" not in r.stderr
@@ -486,10 +486,10 @@ def test_missing_data_says_what_is_expected_and_that_lmc_never_downloads(fake_co
 
 
 def test_unimplemented_loss_has_a_hint():
-    r = run("render", RECIPE, "--set", "train.loss_kind=bce")
+    r = run("render", RECIPE, "--set", "train.loss_kind=yolov1_masked", "--set", "train.label_smoothing=0")
     assert r.exit_code == 2
     hint = r.stderr.splitlines()[1]
-    assert hint.startswith("hint: lowered losses: ") and "class_ce" in hint and "bce" not in hint
+    assert hint.startswith("hint: lowered losses: ") and "class_ce" in hint and "yolov1_masked" not in hint
 
 
 # ---------------------------------------------------------------- the update side of the recipe

@@ -149,9 +149,9 @@ def _graph_key(net):
     return [(n.prim.key() if n.prim else None) for n in net.graph.nodes]
 
 
-def _styles(kind, fields, x_dims):
+def _styles(layers, x_dims):
     """Both conv_pad_style values where they build different graphs, else just the default."""
-    nets = {s: infer(load_spec("o.yaml", text=classifier_yaml([(kind, fields)], x_dims, s, {"learning_rate": 0.1})))
+    nets = {s: infer(load_spec("o.yaml", text=classifier_yaml(layers, x_dims, s, {"learning_rate": 0.1})))
             for s in ("xla_same", "symmetric")}
     if _graph_key(nets["xla_same"]) == _graph_key(nets["symmetric"]):
         return ["xla_same"]
@@ -169,8 +169,11 @@ def _layer_cases():
             continue
         for fields, x in cls.examples:
             desc = ",".join([f"{k}={_fmt(v)}" for k, v in fields.items()] + [f"x={_dims(x.dims)}"])
-            for style in _styles(kind, fields, x.dims):
-                cases.append((f"{kind}[{desc}]-{style}", [(kind, fields)], x.dims, style))
+            # a kind reading earlier layers' outputs (skips, taps) comes after the layers it needs
+            before, x_dims = cls.net_before(fields, x) or ([], x.dims)
+            layers = before + [(kind, fields)]
+            for style in _styles(layers, x_dims):
+                cases.append((f"{kind}[{desc}]-{style}", layers, x_dims, style))
     return cases
 
 
@@ -238,16 +241,17 @@ def _params():
                 default.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}"))
             else:
                 slow.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}", marks=pytest.mark.slow))
-    grid, own_net = [], [l for l in LOSSES if _loss_class(l).oracle_net is not None]
+    # the loss cases that meet one optimizer by default (rotating), the others under -m slow:
+    # all but the first example of the losses marked `oracle_grid` (class_ce, soft_label_ce),
+    # which cross every optimizer — the interaction is the gradient handed over, the same for all
+    rotating = [l for l in LOSSES if not (_loss_class(l).oracle_grid and "#" not in l)]
+    grid = []
     for loss, opt in COMBOS:
         gid, glayers, gx, gstyle = grid_net(opt, loss)
         if not _fits(gid, glayers, gx, gstyle, loss, opt):
             continue
-        # a loss on its own net (per-pixel logits) meets one optimizer by default, rotating, and
-        # the others under -m slow: the loss × optimizer interaction is the gradient handed over,
-        # which the classifier losses already cross with every optimizer
         opts = [o for o in OPTIMIZERS if _fits(gid, glayers, gx, gstyle, loss, o)]
-        slow_here = loss in own_net and opts.index(opt) != own_net.index(loss) % len(opts)
+        slow_here = loss in rotating and opts.index(opt) != rotating.index(loss) % len(opts)
         grid.append(pytest.param(gid, glayers, gx, gstyle, loss, opt, id=f"{gid}-{loss}-{opt}",
                                  marks=[pytest.mark.slow] if slow_here else []))
     return default + grid + slow

@@ -214,7 +214,8 @@ def test_dataset_forms_and_errors():
     assert (s.dataset, s.dataset_path) == (DatasetKind.npz, "data/x.npz")
     assert load(MLP + "dataset: petsDet\n").dataset == DatasetKind.pets_det
     assert {d.value for d in DatasetKind} == {"mnist", "cifar10", "imagenette", "pets", "imagenet", "pets_det",
-                                              "brats", "brats224", "digits", "npz", "synthetic"}
+                                              "brats", "brats224", "digits", "npz", "synthetic",
+                                                  "digits_seg", "digits_denoise", "text"}
     e = error(MLP + "dataset: cifar\n")
     assert e.message.startswith("dataset: expected one of mnist, cifar10, ")
     assert e.loc.line == 5

@@ -109,3 +109,44 @@ def test_eval_region_picks_the_weights(tmp_path):
     assert r.exit_code == 2 and "has no swa weights" in r.output
     r = CliRunner().invoke(app, ["eval", str(MLP), "--init", str(run / "last.npz"), "--region", "best"])
     assert r.exit_code == 2 and "--region 'best': expected one of auto, live, ema, swa, swag" in r.output
+
+
+def _events(logdir):
+    """(tag, step, value) of every scalar in the TFRecord event files under logdir, read with
+    the Event protobuf (records: u64 length, u32 crc, payload, u32 crc)."""
+    import struct
+    from tensorboardX.proto.event_pb2 import Event
+    out, purges = [], []
+    for f in sorted(Path(logdir).glob("events.out.tfevents.*")):
+        raw = f.read_bytes()
+        i = 0
+        while i < len(raw):
+            (n,) = struct.unpack("<Q", raw[i:i + 8])
+            ev = Event.FromString(raw[i + 12:i + 12 + n])
+            i += 12 + n + 4
+            if ev.HasField("file_version") and ev.step:
+                purges.append(ev.step)
+            for v in ev.summary.value:
+                out.append((v.tag, ev.step, v.simple_value))
+    return out, purges
+
+
+def test_tensorboard_mirrors_the_metrics(tmp_path):
+    pytest.importorskip("tensorboardX")
+    run, tb = tmp_path / "r", tmp_path / "tb"
+    code, out = lmc("train", MLP, "--epochs", 2, "--out", run, "--tensorboard", tb, "--log-every", 5)
+    assert code == 0, out
+    scalars, _ = _events(tb)
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in recs if r["kind"] == "step"]
+    tb_loss = [(s, v) for t, s, v in scalars if t == "train/loss"]
+    assert [s for s, _ in tb_loss] == [r["step"] for r in steps]
+    np.testing.assert_allclose([v for _, v in tb_loss], [r["loss"] for r in steps], rtol=1e-6)
+    ev = [r for r in recs if r["kind"] == "eval"][-1]
+    assert ("eval/top1", ev["step"], pytest.approx(ev["top1"])) in [(t, s, v) for t, s, v in scalars]
+    assert {t for t, _, _ in scalars} >= {"train/lr", "train/acc", "train/images_per_s", "epoch/loss", "eval/top1_lo"}
+    # a resumed run purges what was logged after its checkpoint (TensorBoard drops those events)
+    code, out = lmc("train", MLP, "--epochs", 3, "--out", run, "--resume", "--tensorboard", tb)
+    assert code == 0, out
+    _, purges = _events(tb)
+    assert purges == [json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["steps_per_epoch"] * 2 + 1]

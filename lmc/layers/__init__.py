@@ -28,6 +28,13 @@ class Layer:
     # int fields for which 0 is a legal value
     zero_ok: ClassVar[frozenset] = frozenset()
 
+    @classmethod
+    def net_before(cls, fields: dict, x) -> tuple[list, tuple] | None:
+        """For a kind that reads earlier layers' outputs (U-Net skips, FPN taps): the layers
+        ([(kind, fields)]) and the net input dims that put an example of it in a net, so the
+        whole-step oracle can test it there.  None: the example stands alone."""
+        return None
+
     def build(self, g, x, net):
         """Expand into primitives on graph `g`; return the output Value."""
         raise NotImplementedKind(f"not implemented yet: {self.kind} (it is counted by `lmc info` "

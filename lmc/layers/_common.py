@@ -1,7 +1,7 @@
 """Shared building blocks for layers: padding conventions and the conv → BN → act unit."""
 from __future__ import annotations
 
-from ..errors import ShapeError
+from ..errors import NotImplementedKind, ShapeError
 from ..prims import same_pad
 
 
@@ -76,9 +76,7 @@ def linear(g, x, name, fi, fo, bias=True):
 def channel_shuffle(g, x, groups):
     """ShuffleNet's channel shuffle of NCHW x: [B, g·n, H, W] → view [B, g, n, H, W] →
     swap the two → [B, n·g, H, W] (channel i·n + j goes to j·g + i)."""
-    b, c, h, w = x.type.dims
-    y = g.op("reshape", x, dims=(b, groups, c // groups, h, w))
-    return g.op("reshape", g.op("transpose", y, perm=(0, 2, 1, 3, 4)), dims=(b, c, h, w))
+    return g.op("channel_shuffle", x, groups=groups)
 
 
 def heads_split(g, x, heads):
@@ -87,17 +85,29 @@ def heads_split(g, x, heads):
     return g.op("transpose", g.op("reshape", x, dims=(b, n, heads, d // heads)), perm=(0, 2, 1, 3))
 
 
-def attention(g, q, k, v, heads, causal=False, rope=False, bias=None):
+# keys per block of the flash_attn form: each block's scores are [Nq, FLASH_BLOCK] per head
+FLASH_BLOCK = 128
+
+
+def attention(g, q, k, v, heads, causal=False, rope=False, bias=None, flash=False):
     """Multi-head scaled dot-product attention: q [B, Nq, D], k, v [B, Nk, D] → [B, Nq, D];
     heads of D/heads, softmax(q·kᵀ/√dh (+ bias)) · v, optionally causal and with rotary q, k.
     `bias` [.., heads, Nq, Nk] is added to the scores of each trailing group of batches (Swin's
-    windows).  FLOPs 4·B·Nq·Nk·D + 5·B·Nq·Nk (the seed's count: the softmax per query-key
+    windows).  flash: the fused `flash_attn` primitive (keys in blocks, online softmax, no
+    [Nq, Nk] probabilities kept for the backward) — the same function.
+    FLOPs 4·B·Nq·Nk·D + 5·B·Nq·Nk (the seed's count: the softmax per query-key
     pair, not per head; the rotation and the bias not counted)."""
     b, nq, d = q.type.dims
     nk = k.type.dims[1]
     qh, kh, vh = (heads_split(g, t, heads) for t in (q, k, v))
     if rope:
         qh, kh = g.op("rope", qh, flops=0), g.op("rope", kh, flops=0)
+    if flash:
+        if bias is not None:
+            raise NotImplementedKind("not implemented yet: flash_attn with an additive attention bias (Swin)")
+        o = g.op("flash_attn", qh, kh, vh, scale=1.0 / (d // heads) ** 0.5, causal=causal, block=FLASH_BLOCK,
+                 flops=4 * b * nq * nk * d + 5 * b * nq * nk)
+        return g.op("reshape", g.op("transpose", o, perm=(0, 2, 1, 3)), dims=(b, nq, d))
     s = g.op("matmul", qh, g.op("transpose", kh, perm=(0, 1, 3, 2)))
     if bias is not None:
         dims = s.type.dims

@@ -1,8 +1,7 @@
 """Multi-branch CNN blocks from the reference's bestiary: fire_module, inception_module,
 aspp_module, darknet_block, csp_block, dense_block, transition_layer, shuffle_block,
-shuffle_v2_block, built from conv / batch_norm / act units and declared primitives (concat,
-slice, transpose, avg_pool, dilated_conv, broadcast, leaky_relu, window_max), so none lowers
-yet.  Convolutions are unbiased and followed by batch norm
+shuffle_v2_block, built from conv / batch_norm / act units and concat, slice, avg_pool,
+dilated_conv, broadcast, channel_shuffle, leaky_relu and max_pool.  Convolutions are unbiased and followed by batch norm
 unless stated; "same" padding keeps H×W at stride 1 and gives ⌈H/2⌉ at stride 2.
 
 Parameter lists follow the Lean kit's `Layer.nParams` (layers.md §3) where it describes a
@@ -14,7 +13,6 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ..prims import same_pad
 from ._common import bn, channel_shuffle, conv, conv_bn
 from ._shape import image
 
@@ -66,10 +64,8 @@ class InceptionModule(Layer):
         b1 = u(x, "b1.", self.ic, self.b1out, 1)
         b2 = u(u(x, "b2_reduce.", self.ic, self.b2reduce, 1), "b2.", self.b2reduce, self.b2out, 3)
         b3 = u(u(x, "b3_reduce.", self.ic, self.b3reduce, 1), "b3.", self.b3reduce, self.b3out, 5)
-        if h >= 3 and w >= 3:
-            pool = g.op("max_pool", x, size=3, stride=1)
-        else:      # max_pool refuses a window larger than its input
-            pool = g.op("window_max", x, size=3, stride=1, pad=same_pad(h, 3, 1) + same_pad(w, 3, 1))
+        # torchvision's MaxPool2d(3, 1, padding=1): pad given, so maps smaller than 3×3 work too
+        pool = g.op("max_pool", x, size=3, stride=1, pad=(1, 1, 1, 1))
         b4 = u(pool, "b4.", self.ic, self.b4out, 1)
         return g.op("concat", b1, b2, b3, b4, axis=1)
 

@@ -1,6 +1,5 @@
 """ConvNeXt kinds: conv_next_stem, conv_next_stage, conv_next_downsample, built from
-primitives; the channel LayerNorm and the LayerScale multiply are declared (no template yet),
-so `norm: ln` blocks and every stage do not lower yet.  `norm: ln` is a
+primitives (conv, bias, layer_norm over channels or batch_norm, act, scale).  `norm: ln` is a
 LayerNorm over the channels at every pixel (ε = 1e-5); `norm: bn` a batch norm."""
 from dataclasses import dataclass
 from typing import ClassVar

@@ -43,6 +43,17 @@ def _taps(layer, g, net, x, channels: tuple[int, ...], names: tuple[str, ...]) -
     return [v for _, v in taps[:-1]] + [x]     # C5 is the input itself
 
 
+def _resnet_before(channels: list[int], x) -> tuple[list, tuple]:
+    """A small ResNet whose last stages give `channels` (finest first) down to x = C5: one
+    residual_block per level, stride 2 between levels (for the oracle: net_before)."""
+    b, _, h, w = x.dims
+    n = len(channels)
+    layers = [("residual_block", dict(ic=1, oc=channels[0], n_blocks=1))]
+    layers += [("residual_block", dict(ic=ci, oc=co, n_blocks=1, first_stride=2))
+               for ci, co in zip(channels, channels[1:])]
+    return layers, (b, 1, h << (n - 1), w << (n - 1))
+
+
 @register("fpn_module")
 @dataclass(frozen=True)
 class FpnModule(Layer):
@@ -56,7 +67,11 @@ class FpnModule(Layer):
     c4: int
     c5: int
     target: int
-    examples: ClassVar = [(dict(c2=2, c3=3, c4=4, c5=5, target=4), TensorType((2, 5, 2, 2)))]
+    examples: ClassVar = [(dict(c2=2, c3=3, c4=4, c5=5, target=4), TensorType((2, 5, 1, 1)))]
+
+    @classmethod
+    def net_before(cls, fields, x):
+        return _resnet_before([fields[c] for c in ("c2", "c3", "c4", "c5")], x)
 
     def build(self, g, x, net):
         image(x.type, self.c5, "c5")
@@ -96,7 +111,11 @@ class FpnDetect(Layer):
     tower: int
     zero_ok: ClassVar = frozenset({"tower"})
     examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), TensorType((2, 5, 2, 2))),
-                          (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((1, 4, 1, 1)))]
+                          (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((2, 4, 1, 1)))]
+
+    @classmethod
+    def net_before(cls, fields, x):
+        return _resnet_before([fields[c] for c in ("c3", "c4", "c5")], x)
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.c5, "c5")

@@ -1,6 +1,5 @@
-"""Language-model kinds: token_position_embed (first layer; built from the declared embedding,
-linear and broadcast primitives) and lm_head (built from the declared linear and transpose
-primitives)."""
+"""Language-model kinds: token_position_embed (first layer; built from the embedding, linear
+and broadcast primitives) and lm_head (built from the linear and transpose primitives)."""
 from dataclasses import dataclass
 from typing import ClassVar
 

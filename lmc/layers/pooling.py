@@ -9,15 +9,22 @@ from . import Layer, register
 @register("max_pool")
 @dataclass(frozen=True)
 class MaxPool(Layer):
-    """Max pooling, output ceil(in/stride), −∞ XLA-SAME padding; any size and stride."""
+    """Max pooling, any size and stride, −∞ padding per the net's `conv_pad_style`:
+    xla_same — XLA SAME (output ceil(in/stride), the extra row/col on the high side);
+    symmetric — (size−1)//2 on every side, torchvision's nn.MaxPool2d(k, s, (k−1)//2) (the
+    ResNet stem's 3×3/2 pads (1, 1), where SAME pads (0, 1) on an even map)."""
     size: int
     stride: int
     examples: ClassVar = [(dict(size=2, stride=2), TensorType((2, 3, 6, 6))),
-                          (dict(size=3, stride=2), TensorType((2, 2, 7, 7)))]
+                          (dict(size=3, stride=2), TensorType((2, 2, 7, 7))),
+                          (dict(size=3, stride=2), TensorType((1, 2, 8, 8)))]
 
     def build(self, g, x, net):
         if x.type.rank != 4:
             raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.type.shape_str()}")
+        if net.conv_pad_style.value == "symmetric":
+            p = (self.size - 1) // 2
+            return g.op("max_pool", x, size=self.size, stride=self.stride, pad=(p, p, p, p))
         return g.op("max_pool", x, size=self.size, stride=self.stride)
 
 

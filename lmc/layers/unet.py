@@ -1,5 +1,4 @@
-"""U-Net kinds: unet_down (lowers), unet_up and bilinear_upsample (built from the declared
-upsample and concat primitives: they do not lower until those have templates).
+"""U-Net kinds: unet_down, unet_up and bilinear_upsample.
 
 Skip pairing (the reference's rule): each unet_up takes the skip of the most recent unpaired
 unet_down (last in, first out); with none pending it takes the first unused earlier tap of
@@ -88,6 +87,13 @@ class UnetUp(Layer):
     ic: int
     oc: int
     examples: ClassVar = [(dict(ic=4, oc=2), TensorType((2, 4, 3, 3)))]
+
+    @classmethod
+    def net_before(cls, fields, x):
+        # a unet_down giving the [B, oc, 2H, 2W] skip, then a conv_bn to ic channels
+        b, ic, h, w = x.dims
+        oc = fields["oc"]
+        return ([("unet_down", dict(ic=1, oc=oc)), ("conv_bn", dict(ic=oc, oc=ic, k_size=3))], (b, 1, 2 * h, 2 * w))
 
     def build(self, g, x, net):
         check_channels(x, self.ic)

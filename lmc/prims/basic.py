@@ -46,11 +46,17 @@ class Act(Prim):
         kinks = KINKS.get(self.kind, [])
         if not (is_input and kinks):
             return super().draw(rng, t, is_input)
-        x = rng.uniform(-8.0, 8.0, t.dims)      # both sides of every kink (relu6 at 6, h_swish at ±3)
-        for k in kinks:
-            near = np.abs(x - k) < KINK_GAP
-            x[near] = k + np.where(x[near] >= k, KINK_GAP, -KINK_GAP)
-        return x.astype(np.float32)
+        return away_from_kinks(rng, t, kinks)
+
+
+def away_from_kinks(rng, t, kinks) -> np.ndarray:
+    """Uniform f32 values in [−8, 8) of type t, none within KINK_GAP of a kink (so both sides of
+    every kink are drawn: relu6 at 6, h_swish at ±3)."""
+    x = rng.uniform(-8.0, 8.0, t.dims)
+    for k in kinks:
+        near = np.abs(x - k) < KINK_GAP
+        x[near] = k + np.where(x[near] >= k, KINK_GAP, -KINK_GAP)
+    return x.astype(np.float32)
 
 
 @primitive("bias")

@@ -12,10 +12,11 @@ def _t(*d):
     return TensorType(tuple(d))
 
 
-def _live(n: int, k: int, s: int, lo: int, out: int) -> tuple[int, int]:
+def _live(n: int, k: int, s: int, lo: int, out: int, dl: int = 1) -> tuple[int, int]:
     """Kernel offsets [first, last+1) along one axis that read an input element for some output
-    (the others only ever meet padding).  All of them if none does (an all-padding conv)."""
-    taps = [i for i in range(k) if any(0 <= i + s * o - lo < n for o in range(out))]
+    (the others only ever meet padding; taps `dl` apart).  All of them if none does (an
+    all-padding conv)."""
+    taps = [i for i in range(k) if any(0 <= i * dl + s * o - lo < n for o in range(out))]
     return (taps[0], taps[-1] + 1) if taps else (0, k)
 
 
@@ -25,32 +26,34 @@ def _unreached(n: int, k: int, s: int, lo: int, hi: int) -> int:
     return (n + lo + hi - k) % s
 
 
-def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout) -> dict:
+def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout, dl=1) -> dict:
     """Types and slices of the kw-patches of an NCHW tensor [b, cin, h, wd] taken to HBWC and
-    padded (lo, hi, interior) per spatial axis, for a kh×kw kernel at stride s, `g` groups."""
+    padded (lo, hi, interior) per spatial axis, for a kh×kw kernel at stride s with its taps
+    `dl` apart (dilation), `g` groups."""
     hp = h + lo[0] + hi[0] + (h - 1) * interior
     wp = wd + lo[1] + hi[1] + (wd - 1) * interior
-    oh, ow = (hp - kh) // s + 1, (wp - kw) // s + 1
+    oh, ow = (hp - (kh - 1) * dl - 1) // s + 1, (wp - (kw - 1) * dl - 1) // s + 1
     cg, og = cin // g, cout // g
     return dict(
         th=_t(h, b, wd, cin).mlir, tp=_t(hp, b, wp, cin).mlir,
         lo=f"[{lo[0]}, 0, {lo[1]}, 0]", hi=f"[{hi[0]}, 0, {hi[1]}, 0]", interior=f"[{interior}, 0, {interior}, 0]",
-        cols=[f"[0:{hp}, 0:{b}, {j}:{j + (ow - 1) * s + 1}:{s}, 0:{cin}]" for j in range(kw)],
+        cols=[f"[0:{hp}, 0:{b}, {j * dl}:{j * dl + (ow - 1) * s + 1}:{s}, 0:{cin}]" for j in range(kw)],
         col=_t(hp, b, ow, cin).mlir, P=_t(hp, b, ow, kw * cin).mlir,
-        rows=[f"[{i}:{i + (oh - 1) * s + 1}:{s}, 0:{b}, 0:{ow}, 0:{kw * cin}]" for i in range(kh)],
+        rows=[f"[{i * dl}:{i * dl + (oh - 1) * s + 1}:{s}, 0:{b}, 0:{ow}, 0:{kw * cin}]" for i in range(kh)],
         R=_t(oh, b, ow, kw * cin).mlir, Rg=_t(oh, b, ow, kw, g, cg).mlir,
         W=_t(kh, g, kw, cg, og).mlir, W1=_t(1, g, kw, cg, og).mlir, Wi=_t(g, kw, cg, og).mlir,
         Yg=_t(g, oh, b, ow, og).mlir, kw=kw, cin_g=cg, cout_g=og, out=(oh, ow), P_type=_t(hp, b, ow, kw * cin))
 
 
-def _nchw_taps(b, c, h, wd, kh, kw, s, lo, hi, interior) -> dict:
-    """Padding and the k·k strided tap slices of an NCHW tensor (depthwise form)."""
+def _nchw_taps(b, c, h, wd, kh, kw, s, lo, hi, interior, dl=1) -> dict:
+    """Padding and the k·k strided tap slices of an NCHW tensor (depthwise form), taps `dl`
+    apart."""
     hp = h + lo[0] + hi[0] + (h - 1) * interior
     wp = wd + lo[1] + hi[1] + (wd - 1) * interior
-    oh, ow = (hp - kh) // s + 1, (wp - kw) // s + 1
+    oh, ow = (hp - (kh - 1) * dl - 1) // s + 1, (wp - (kw - 1) * dl - 1) // s + 1
     return dict(xp=_t(b, c, hp, wp).mlir, lo=f"[0, 0, {lo[0]}, {lo[1]}]", hi=f"[0, 0, {hi[0]}, {hi[1]}]",
                 interior=f"[0, 0, {interior}, {interior}]", out=(oh, ow),
-                taps=[f"[0:{b}, 0:{c}, {i}:{i + (oh - 1) * s + 1}:{s}, {j}:{j + (ow - 1) * s + 1}:{s}]"
+                taps=[f"[0:{b}, 0:{c}, {i * dl}:{i * dl + (oh - 1) * s + 1}:{s}, {j * dl}:{j * dl + (ow - 1) * s + 1}:{s}]"
                       for i in range(kh) for j in range(kw)])
 
 
@@ -78,6 +81,8 @@ class Conv(Prim):
         (dict(stride=1, pad=(0, 0, 0, 0), groups=1), [_t(2, 3, 6, 5)], [_t(2, 3, 3, 2)]),   # valid, non-square
         (dict(stride=2, pad=(1, 1, 1, 1), groups=4), [_t(2, 4, 6, 6)], [_t(4, 1, 3, 3)]),   # depthwise
         (dict(stride=1, pad=(2, 2, 2, 2), groups=2), [_t(1, 4, 5, 5)], [_t(6, 2, 5, 5)]),   # grouped
+        (dict(stride=2, pad=(1, 1, 1, 1), groups=3), [_t(2, 6, 5, 5)], [_t(6, 2, 3, 3)]),   # grouped, strided
+        (dict(stride=1, pad=(0, 0, 0, 0), groups=3), [_t(2, 6, 3, 3)], [_t(9, 2, 1, 1)]),   # grouped 1x1 (ShuffleNet v1)
         (dict(stride=4, pad=(0, 0, 0, 0), groups=1), [_t(2, 3, 8, 8)], [_t(5, 3, 4, 4)]),   # patchify
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 1, 1)], [_t(4, 3, 3, 3)]),   # 1x1 input: centre tap only
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 2, 2)], [_t(4, 3, 3, 3)]),   # s2 to 1x1: dead first row/col
@@ -121,25 +126,27 @@ class Conv(Prim):
         b, c, h, wd = x.dims
         o, ci, kh, kw = w.dims
         _, _, oh, ow = out.dims
-        s, g = self.stride, self.groups
+        s, g, dl = self.stride, self.groups, self.tap_spacing
         ph0, ph1, pw0, pw1 = self.pad
-        rh, rw = _unreached(h, kh, s, ph0, ph1), _unreached(wd, kw, s, pw0, pw1)
+        ekh, ekw = (kh - 1) * dl + 1, (kw - 1) * dl + 1          # the kernel's extent (dilated)
+        rh, rw = _unreached(h, ekh, s, ph0, ph1), _unreached(wd, ekw, s, pw0, pw1)
         if self._depthwise(x, w):
-            f = _nchw_taps(b, c, h, wd, kh, kw, s, (ph0, pw0), (ph1, pw1), 0)
-            # dx = the forward sum's adjoint: taps of dy dilated by s, padded k−1−lo / k−1−hi+r
-            d = _nchw_taps(b, c, oh, ow, kh, kw, 1, (kh - 1 - ph0, kw - 1 - pw0),
-                           (kh - 1 - ph1 + rh, kw - 1 - pw1 + rw), s - 1)
+            f = _nchw_taps(b, c, h, wd, kh, kw, s, (ph0, pw0), (ph1, pw1), 0, dl)
+            # dx = the forward sum's adjoint: taps of dy dilated by s, padded ek−1−lo / ek−1−hi+r
+            d = _nchw_taps(b, c, oh, ow, kh, kw, 1, (ekh - 1 - ph0, ekw - 1 - pw0),
+                           (ekh - 1 - ph1 + rh, ekw - 1 - pw1 + rw), s - 1, dl)
             assert f["out"] == (oh, ow) and d["out"] == (h, wd), "lmc bug: depthwise conv geometry"
             return dict(depthwise=True, f=f, d=d, c=c, kk=kh * kw, wck=_t(c, kh * kw).mlir,
                         wc1=_t(c, 1).mlir, wc=_t(c).mlir)
-        i0, i1 = _live(h, kh, s, ph0, oh)
-        j0, j1 = _live(wd, kw, s, pw0, ow)
+        i0, i1 = _live(h, kh, s, ph0, oh, dl)
+        j0, j1 = _live(wd, kw, s, pw0, ow, dl)
         kh2, kw2 = i1 - i0, j1 - j0
+        ekh2, ekw2 = (kh2 - 1) * dl + 1, (kw2 - 1) * dl + 1
         # the conv with only the live taps: same output, padding shrunk (negative = cropped input)
-        lo, hi = (ph0 - i0, pw0 - j0), (ph1 - (kh - i1), pw1 - (kw - j1))
-        f = _hbwc(b, c, h, wd, kh2, kw2, s, lo, hi, 0, g, o)
-        d = _hbwc(b, o, oh, ow, kh2, kw2, 1, (kh2 - 1 - lo[0], kw2 - 1 - lo[1]),
-                  (kh2 - 1 - hi[0] + rh, kw2 - 1 - hi[1] + rw), s - 1, g, c)
+        lo, hi = (ph0 - i0 * dl, pw0 - j0 * dl), (ph1 - (kh - i1) * dl, pw1 - (kw - j1) * dl)
+        f = _hbwc(b, c, h, wd, kh2, kw2, s, lo, hi, 0, g, o, dl)
+        d = _hbwc(b, o, oh, ow, kh2, kw2, 1, (ekh2 - 1 - lo[0], ekw2 - 1 - lo[1]),
+                  (ekh2 - 1 - hi[0] + rh, ekw2 - 1 - hi[1] + rw), s - 1, g, c, dl)
         assert f["out"] == (oh, ow) and d["out"] == (h, wd), "lmc bug: conv geometry"
         og = o // g
         return dict(depthwise=False, g=g, f=f, d=d, o=o, ci=ci, kh=kh, kw=kw, i0=i0, i1=i1, j0=j0, j1=j1,

@@ -1,12 +1,17 @@
-"""Declared primitives (shape rule, FLOPs, float64 reference; no template yet) for the CNN
-bestiary: dilated_conv (atrous), conv1d (1-D, dilated, causal by its padding), avg_pool,
-window_max (a max pool of any window, for inputs smaller than it), leaky_relu and tanh."""
+"""Primitives of the CNN bestiary: dilated_conv (atrous), avg_pool, channel_shuffle,
+leaky_relu and tanh lower; conv1d (1-D, dilated, causal by its padding) is declared (shape
+rule, FLOPs, float64 reference; no template yet)."""
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..types import TensorType
+from ..types import TensorType, flt
 from . import Prim, conv_out, primitive
-from .conv import Conv
+from .basic import away_from_kinks
+from .conv import Conv, _nchw_taps
+
+
+def _t(*d):
+    return TensorType(tuple(d))
 
 
 def _pool_out(x, size, stride, pad):
@@ -32,28 +37,39 @@ def _windows(xp, x, size, stride, pad, fill):
 @primitive("dilated_conv")
 class DilatedConv(Conv):
     """conv with the kernel taps `dilation` apart (atrous; effective size (k−1)·d + 1), stride,
-    pad, groups as `conv`.  FLOPs 2·B·O·oh·ow·(C/groups)·kh·kw, as `conv`."""
-    examples = []
+    pad, groups as `conv`.  FLOPs 2·B·O·oh·ow·(C/groups)·kh·kw, as `conv`.  Lowered by conv's
+    own template (its patch and tap slices `dilation` apart; the dead taps of a rate larger
+    than the map dropped as in conv); LMC_CONV_FORM=direct does not apply to it."""
+    examples = [
+        (dict(stride=1, pad=(2, 2, 2, 2), groups=1, dilation=2), [_t(2, 3, 6, 6)], [_t(4, 3, 3, 3)]),
+        (dict(stride=1, pad=(6, 6, 6, 6), groups=1, dilation=6), [_t(1, 2, 5, 5)], [_t(3, 2, 3, 3)]),   # ASPP: rate > map, dead taps
+        (dict(stride=2, pad=(2, 2, 1, 1), groups=1, dilation=2), [_t(2, 2, 7, 6)], [_t(3, 2, 3, 2)]),   # strided, non-square
+        (dict(stride=1, pad=(3, 3, 3, 3), groups=4, dilation=3), [_t(2, 4, 5, 5)], [_t(4, 1, 3, 3)]),   # depthwise
+        (dict(stride=2, pad=(2, 2, 2, 2), groups=2, dilation=2), [_t(1, 4, 6, 6)], [_t(6, 2, 3, 3)]),   # grouped, strided
+    ]
 
     @property
     def tap_spacing(self) -> int:
         return self.dilation
 
-    def saved(self, ins, ps, out):
-        return list(ins)
-
-    def context(self, ins, ps, out):
-        return {}
-
     @staticmethod
     def reference(xp, x, w, stride, pad, groups, dilation):
+        """Direct: a sum over the k·k taps of strided slices `dilation` apart (float64)."""
+        ph0, ph1, pw0, pw1 = pad
+        xpd = xp.pad(x, ((0, 0), (0, 0), (ph0, ph1), (pw0, pw1)))
+        b, c, h, wd = xpd.shape
         o, ci, kh, kw = w.shape
-        wd = xp.zeros((o, ci, (kh - 1) * dilation + 1, (kw - 1) * dilation + 1))
-        if hasattr(wd, "at"):
-            wd = wd.at[:, :, ::dilation, ::dilation].set(w)
-        else:
-            wd[:, :, ::dilation, ::dilation] = w
-        return Conv.reference(xp, x, wd, stride, pad, groups)
+        d = dilation
+        oh = (h - (kh - 1) * d - 1) // stride + 1
+        ow = (wd - (kw - 1) * d - 1) // stride + 1
+        xg = xpd.reshape(b, groups, ci, h, wd)
+        wg = w.reshape(groups, o // groups, ci, kh, kw)
+        y = 0.0
+        for i in range(kh):
+            for j in range(kw):
+                patch = xg[:, :, :, i * d:i * d + (oh - 1) * stride + 1:stride, j * d:j * d + (ow - 1) * stride + 1:stride]
+                y = y + xp.einsum("bgchw,goc->bgohw", patch, wg[:, :, :, i, j])
+        return y.reshape(b, o, oh, ow)
 
 
 @primitive("conv1d")
@@ -98,37 +114,81 @@ class Conv1d(Prim):
         return y.reshape(b, o, to)
 
 
-class _WindowPool(Prim):
-    """A size×size window reduction with stride and padding pad = (h_lo, h_hi, w_lo, w_hi);
-    FLOPs size² per output element."""
+@primitive("avg_pool")
+class AvgPool(Prim):
+    """y = mean over each size×size window (stride, zero padding pad = (h_lo, h_hi, w_lo, w_hi),
+    always divided by size²: PyTorch's count_include_pad).  FLOPs size² per output element.
+    Saves nothing.  Two forms:
+    - windows tiling the input exactly (size = stride dividing H, W, no pad: DenseNet's 2×2/2):
+      x as [B, C, oh, s, ow, s], y = sum over the window dims / s²; dx = dy broadcast / s²;
+    - otherwise: y = Σ of the size² strided tap slices of the padded x / size²; dx = the
+      adjoint, as depthwise conv's dx with all-ones weights: the taps of dy interior-padded by
+      stride − 1 and padded k−1−lo / k−1−hi+r (r: rows the last window does not reach), / size²."""
     inputs = ("x",)
     params = ()
+    examples = [
+        (dict(size=2, stride=2, pad=(0, 0, 0, 0)), [_t(2, 3, 6, 4)], []),     # tiled (transition layer)
+        (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(2, 2, 7, 7)], []),     # ShuffleNet v1 shortcut
+        (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(1, 2, 6, 5)], []),
+        (dict(size=2, stride=2, pad=(0, 0, 0, 0)), [_t(1, 2, 5, 5)], []),     # last row/col unread
+        (dict(size=3, stride=1, pad=(0, 2, 1, 0)), [_t(1, 2, 4, 4)], []),     # asymmetric
+    ]
 
     def infer(self, ins, ps):
         (x,) = ins
         out = _pool_out(x, self.size, self.stride, self.pad)
         return out, out.size * self.size * self.size
 
+    def saved(self, ins, ps, out):
+        return []
 
-@primitive("avg_pool")
-class AvgPool(_WindowPool):
-    """y = mean over each size×size window (stride, zero padding pad = (h_lo, h_hi, w_lo, w_hi),
-    always divided by size², PyTorch's count_include_pad).  FLOPs size² per output element."""
+    def context(self, ins, ps, out):
+        (x,) = ins
+        b, c, h, w = x.dims
+        _, _, oh, ow = out.dims
+        k, s = self.size, self.stride
+        ph0, ph1, pw0, pw1 = self.pad
+        ctx = {"inv": flt(1.0 / (k * k))}
+        if k == s and self.pad == (0, 0, 0, 0) and h % s == 0 and w % s == 0:
+            return {**ctx, "tiled": True, "x6": _t(b, c, oh, s, ow, s).mlir}
+        rh, rw = (h + ph0 + ph1 - k) % s, (w + pw0 + pw1 - k) % s
+        f = _nchw_taps(b, c, h, w, k, k, s, (ph0, pw0), (ph1, pw1), 0)
+        d = _nchw_taps(b, c, oh, ow, k, k, 1, (k - 1 - ph0, k - 1 - pw0), (k - 1 - ph1 + rh, k - 1 - pw1 + rw), s - 1)
+        assert f["out"] == (oh, ow) and d["out"] == (h, w), "lmc bug: avg_pool geometry"
+        return {**ctx, "tiled": False, "f": f, "d": d}
 
     @staticmethod
     def reference(xp, x, size, stride, pad):
         return sum(_windows(xp, x, size, stride, pad, 0.0)) / (size * size)
 
 
-@primitive("window_max")
-class WindowMax(_WindowPool):
-    """y = max over each size×size window (stride, −∞ padding pad = (h_lo, h_hi, w_lo, w_hi)):
-    `max_pool` for windows larger than the input (which `max_pool` refuses).
-    FLOPs size² per output element."""
+@primitive("channel_shuffle")
+class ChannelShuffle(Prim):
+    """ShuffleNet's channel shuffle of NCHW x in `groups` groups: [B, g·n, H, W] viewed as
+    [B, g, n, H, W], the two swapped, back to [B, n·g, H, W] (channel i·n + j goes to j·g + i).
+    Saves nothing.  bwd: the inverse shuffle (view [B, n, g, H, W], swap back).  FLOPs 0."""
+    inputs = ("x",)
+    params = ()
+    examples = [(dict(groups=2), [_t(2, 6, 3, 2)], []), (dict(groups=3), [_t(1, 12, 2, 2)], [])]
+
+    def infer(self, ins, ps):
+        (x,) = ins
+        if x.rank != 4 or x.dims[1] % self.groups:
+            raise ShapeError(f"cannot shuffle {x.shape_str()} in {self.groups} channel groups")
+        return x, 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        b, c, h, w = ins[0].dims
+        g = self.groups
+        return {"gn": _t(b, g, c // g, h, w).mlir, "ng": _t(b, c // g, g, h, w).mlir}
 
     @staticmethod
-    def reference(xp, x, size, stride, pad):
-        return xp.max(xp.stack(_windows(xp, x, size, stride, pad, -xp.inf)), axis=0)
+    def reference(xp, x, groups):
+        b, c, h, w = x.shape
+        return xp.transpose(x.reshape(b, groups, c // groups, h, w), (0, 2, 1, 3, 4)).reshape(b, c, h, w)
 
 
 class _Elementwise(Prim):
@@ -142,7 +202,15 @@ class _Elementwise(Prim):
 
 @primitive("leaky_relu")
 class LeakyRelu(_Elementwise):
-    """y = x for x ≥ 0, alpha·x below (Darknet: alpha 0.1).  FLOPs 1 per element."""
+    """y = x for x ≥ 0, alpha·x below (Darknet: alpha 0.1).  FLOPs 1 per element.
+    Saves x.  bwd: dx = dy where x ≥ 0, alpha·dy below."""
+    examples = [(dict(alpha=0.1), [_t(2, 3, 4, 4)], []), (dict(alpha=0.2), [_t(3, 5)], [])]
+
+    def context(self, ins, ps, out):
+        return {"alpha_lit": flt(self.alpha)}
+
+    def draw(self, rng, t, is_input):
+        return away_from_kinks(rng, t, [0.0]) if is_input else super().draw(rng, t, is_input)
 
     @staticmethod
     def reference(xp, x, alpha):
@@ -151,7 +219,11 @@ class LeakyRelu(_Elementwise):
 
 @primitive("tanh")
 class Tanh(_Elementwise):
-    """y = tanh(x).  FLOPs 1 per element.  bwd: dx = dy·(1 − y²)."""
+    """y = tanh(x).  FLOPs 1 per element.  Saves y.  bwd: dx = dy·(1 − y²)."""
+    examples = [({}, [_t(3, 5)], []), ({}, [_t(2, 2, 3)], [])]
+
+    def saved(self, ins, ps, out):
+        return [out]
 
     @staticmethod
     def reference(xp, x):

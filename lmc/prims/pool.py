@@ -1,12 +1,14 @@
-"""max_pool: window max with XLA-SAME geometry (output ceil(in/stride), −∞ padding with the
-extra row/col on the high side).  Any size/stride, overlapping windows included."""
+"""max_pool: window max with −∞ padding: XLA-SAME geometry by default (output ceil(in/stride),
+the extra row/col on the high side), or an explicit pad = (h_lo, h_hi, w_lo, w_hi) (symmetric
+nets: (k−1)//2 on both sides, as nn.MaxPool2d(k, s, (k−1)//2)).  Any size/stride, overlapping
+windows included."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ShapeError
 from ..types import TensorType
-from . import Prim, primitive, same_pad
+from . import Prim, conv_out, primitive, same_pad
 
 
 def _t(*d):
@@ -15,7 +17,8 @@ def _t(*d):
 
 @primitive("max_pool")
 class MaxPool(Prim):
-    """y = max over each size×size window (stride s, −∞ SAME padding).  Saves x and y.
+    """y = max over each size×size window (stride s, −∞ padding: SAME, or `pad` when given).
+    Saves x and y.
     Backward without select_and_scatter (IREE 3.13 cannot lower it); ties go to the first
     maximal position of the window in row-major order.
     - Windows tiling the input exactly (size = stride dividing H and W, the common 2×2/2): x as
@@ -31,17 +34,40 @@ class MaxPool(Prim):
                 (dict(size=3, stride=2), [_t(2, 2, 7, 7)], []),
                 (dict(size=3, stride=2), [_t(1, 2, 8, 8)], []),
                 (dict(size=2, stride=2), [_t(2, 2, 5, 5)], []),
-                (dict(size=3, stride=1), [_t(1, 2, 4, 5)], [])]
+                (dict(size=3, stride=1), [_t(1, 2, 4, 5)], []),
+                (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(2, 2, 8, 8)], []),      # torchvision's stem pool
+                (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(1, 2, 7, 6)], []),
+                (dict(size=2, stride=2, pad=(0, 0, 0, 0)), [_t(1, 2, 5, 5)], []),     # last row/col unread
+                (dict(size=3, stride=1, pad=(1, 1, 1, 1)), [_t(2, 2, 2, 2)], [])]     # window larger than the map
+
+    def __init__(self, pad=None, **attrs):
+        # pad=None: SAME (the attrs, hence the symbols, of SAME pools as before `pad` existed)
+        if pad is None:
+            super().__init__(**attrs)
+        else:
+            super().__init__(pad=tuple(pad), **attrs)
+        self.pad = None if pad is None else tuple(pad)
+
+    def pads(self, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(lo, hi) along H and along W."""
+        if self.pad is None:
+            return same_pad(h, self.size, self.stride), same_pad(w, self.size, self.stride)
+        return tuple(self.pad[:2]), tuple(self.pad[2:])
 
     def infer(self, ins, ps):
         (x,) = ins
         if x.rank != 4:
             raise ShapeError(f"expected an image tensor [batch, channels, height, width], got {x.shape_str()}")
         b, c, h, w = x.dims
-        if self.size > h or self.size > w:
-            raise ShapeError(f"a {self.size}x{self.size} pooling window is larger than the {h}x{w} input")
-        oh, ow = -(-h // self.stride), -(-w // self.stride)
-        return _t(b, c, oh, ow), b * c * oh * ow * self.size * self.size
+        k, s = self.size, self.stride
+        if self.pad is None and (k > h or k > w):
+            raise ShapeError(f"a {k}x{k} pooling window is larger than the {h}x{w} input")
+        (ph0, ph1), (pw0, pw1) = self.pads(h, w)
+        oh, ow = conv_out(h, k, s, ph0, ph1), conv_out(w, k, s, pw0, pw1)
+        # a pad of k or more would give windows of padding only (−∞)
+        if oh <= 0 or ow <= 0 or max(ph0, ph1, pw0, pw1) >= k:
+            raise ShapeError(f"a {k}x{k} window padded {[ph0, ph1, pw0, pw1]} does not fit a {h}x{w} input")
+        return _t(b, c, oh, ow), b * c * oh * ow * k * k
 
     def saved(self, ins, ps, out):
         return [ins[0], out]
@@ -51,7 +77,7 @@ class MaxPool(Prim):
         b, c, h, w = x.dims
         _, _, oh, ow = out.dims
         k, s = self.size, self.stride
-        ph, pw = same_pad(h, k, s), same_pad(w, k, s)
+        ph, pw = self.pads(h, w)
         # windows that tile the input exactly: the reshape form (no pads, one reduction)
         if k == s and ph == (0, 0) and pw == (0, 0) and h % s == 0 and w % s == 0:
             return {"tiled": True, "k": k, "s": s, "x6": _t(b, c, oh, s, ow, s).mlir,
@@ -59,12 +85,13 @@ class MaxPool(Prim):
                     "m6": TensorType((b, c, oh, s, ow, s), "i1").mlir, "iy": TensorType((b, c, oh, ow), "i32").mlir}
         # general: the padded input as s×s tiles; a window spans tn tiles per axis
         tn = -(-k // s)
-        th, tw = oh + tn - 1, ow + tn - 1          # tiles covering every window
+        # tiles covering every window and every input row/col (rows no window reads included)
+        th, tw = max(oh + tn - 1, -(-(h + ph[0]) // s)), max(ow + tn - 1, -(-(w + pw[0]) // s))
         kw = tn * s                                # offset code i·kw + j: row-major, no aliasing
         offsets = [dict(n=f"{i}_{j}", q=i * kw + j,
                         limits=f"[0:{b}, 0:{c}, {i}:{i + (oh - 1) * s + 1}:{s}, {j}:{j + (ow - 1) * s + 1}:{s}]")
                    for i in range(k) for j in range(k)]
-        shifts = [dict(n=f"{a}_{e}", low=f"[0, 0, {a}, {e}]", high=f"[0, 0, {tn - 1 - a}, {tn - 1 - e}]",
+        shifts = [dict(n=f"{a}_{e}", low=f"[0, 0, {a}, {e}]", high=f"[0, 0, {th - oh - a}, {tw - ow - e}]",
                        rh0=a * s, rw0=e * s) for a in range(tn) for e in range(tn)]
         return {"tiled": False, "k": k, "s": s, "kw": kw, "nidx": kw * kw, "offsets": offsets, "shifts": shifts,
                 "xp": _t(b, c, h + sum(ph), w + sum(pw)).mlir,
@@ -86,11 +113,15 @@ class MaxPool(Prim):
         return x.reshape(t.dims).astype(np.float32)
 
     @staticmethod
-    def reference(xp, x, size, stride):
+    def reference(xp, x, size, stride, pad=None):
         b, c, h, w = x.shape
-        ph, pw = same_pad(h, size, stride), same_pad(w, size, stride)
+        if pad is None:
+            ph, pw = same_pad(h, size, stride), same_pad(w, size, stride)
+        else:
+            ph, pw = tuple(pad[:2]), tuple(pad[2:])
         xpd = xp.pad(x, ((0, 0), (0, 0), ph, pw), constant_values=-xp.inf)
-        oh, ow = -(-h // stride), -(-w // stride)
+        oh, ow = (h + sum(ph) - size) // stride + 1, (w + sum(pw) - size) // stride + 1
         wins = [xpd[:, :, i:i + (oh - 1) * stride + 1:stride, j:j + (ow - 1) * stride + 1:stride]
                 for i in range(size) for j in range(size)]
         return xp.max(xp.stack(wins), axis=0)
+

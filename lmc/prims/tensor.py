@@ -1,5 +1,5 @@
-"""Tensor primitives: concat, slice, broadcast and mul (broadcasting) lower; transpose,
-upsample (bilinear), scale, channel_matmul, linear and roll are declared (shape rule, FLOPs,
+"""Tensor primitives: concat, slice, broadcast, mul (broadcasting) and upsample (bilinear)
+lower; transpose, scale, channel_matmul, linear and roll are declared (shape rule, FLOPs,
 float64 reference; no template yet): layers built from them are counted by `lmc info` and
 refused by `lmc render` until each has its template."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..types import TensorType
+from ..types import TensorType, flt
 from . import Prim, primitive
 
 
@@ -92,12 +92,32 @@ def _bilinear_taps(n: int, s: int):
     return i0, i1, src - i0
 
 
+def _interp_matrix(n: int, s: int) -> np.ndarray:
+    """A [n·s, n]: row o holds output o's two bilinear weights (half-pixel centres, edges
+    clamped), so resizing an axis is one matmul with a constant."""
+    i0, i1, f = _bilinear_taps(n, s)
+    a = np.zeros((n * s, n))
+    np.add.at(a, (np.arange(n * s), i0), 1.0 - f)
+    np.add.at(a, (np.arange(n * s), i1), f)
+    return a
+
+
+def _dense(a: np.ndarray) -> str:
+    return "[" + ", ".join("[" + ", ".join(flt(v) for v in row) + "]" for row in a) + "]"
+
+
 @primitive("upsample")
 class Upsample(Prim):
-    """Bilinear resize by an integer factor: [B, C, H, W] → [B, C, scale·H, scale·W].
-    FLOPs: 4 per output element (the seed's count)."""
+    """Bilinear resize by an integer factor: [B, C, H, W] → [B, C, scale·H, scale·W], half-pixel
+    centres (align_corners = false), edges clamped (PyTorch's / jax.image.resize's bilinear).
+    FLOPs: 4 per output element (the seed's count).  Saves nothing.  The separable
+    constant-matrix form: y = A_H · x · A_Wᵀ per image and channel (A_n [n·s, n], two nonzeros
+    a row); dx = A_Hᵀ · dy · A_W."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(scale=2), [TensorType((2, 3, 4, 5))], []),
+                (dict(scale=3), [TensorType((1, 2, 3, 2))], []),
+                (dict(scale=2), [TensorType((2, 2, 1, 1))], [])]      # a 1x1 map: every output = it
 
     def infer(self, ins, ps):
         (x,) = ins
@@ -106,6 +126,17 @@ class Upsample(Prim):
         b, c, h, w = x.dims
         out = TensorType((b, c, self.scale * h, self.scale * w))
         return out, 4 * out.size
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        b, c, h, w = ins[0].dims
+        s = self.scale
+        return {"ah": _dense(_interp_matrix(h, s)), "aw": _dense(_interp_matrix(w, s)),
+                "ah_t": TensorType((s * h, h)).mlir, "aw_t": TensorType((s * w, w)).mlir,
+                "xw": TensorType((b, c, h, s * w)).mlir, "yt": TensorType((b, c, s * w, s * h)).mlir,
+                "dyw": TensorType((b, c, s * h, w)).mlir, "dxt": TensorType((b, c, w, h)).mlir}
 
     @staticmethod
     def reference(xp, x, scale):
@@ -170,6 +201,7 @@ class Linear(Prim):
     """y = x·w (+ b) over the last axis: x [..., K], w [K, N], b [N] → [..., N]
     (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted).
     Saves x.  bwd: dx = dy·wᵀ, dw = Σ_rows xᵀ·dy, db = Σ_rows dy."""
+    mixed_precision = True
     inputs = ("x",)
     params = ("w", "b")
     examples = [({}, [TensorType((2, 3, 4))], [TensorType((4, 5)), TensorType((5,))]),
@@ -306,15 +338,39 @@ class Mul(Prim):
 @primitive("roll")
 class Roll(Prim):
     """y = x cyclically shifted by `shifts` along `axes` (Swin's shifted windows):
-    y[(i + s) mod n] = x[i].  bwd: dy rolled back."""
+    y[(i + s) mod n] = x[i], i.e. y = [x[n−s:], x[:n−s]] on each axis.  Saves nothing.
+    bwd: dy rolled back (by −s)."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(shifts=(-1, -1), axes=(1, 2)), [TensorType((2, 4, 4, 3))], []),
+                (dict(shifts=(2, 5), axes=(1, 2)), [TensorType((1, 3, 4, 2))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
-        if any(not 0 <= a < x.rank for a in self.axes):
+        if any(not 0 <= a < x.rank for a in self.axes) or len(self.axes) != len(self.shifts):
             raise ShapeError(f"roll axes {list(self.axes)} do not fit {x.shape_str()}")
         return x, 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+
+        def steps(sign):
+            """Each axis's roll as a concatenation of two slices, the second starting at 0."""
+            out = []
+            for s, a in zip(self.shifts, self.axes):
+                n = x.dims[a]
+                p = (n - sign * s) % n            # y = [x[p:], x[:p]] along a
+                if p == 0:
+                    continue
+                rng = lambda lo, hi: ", ".join(f"{lo}:{hi}" if i == a else f"0:{d}" for i, d in enumerate(x.dims))  # noqa: E731
+                head = x.with_dims(tuple(n - p if i == a else d for i, d in enumerate(x.dims)))
+                tail = x.with_dims(tuple(p if i == a else d for i, d in enumerate(x.dims)))
+                out.append({"axis": a, "hi": rng(p, n), "lo": rng(0, p), "head": head.mlir, "tail": tail.mlir})
+            return out
+        return {"fwd_steps": steps(1), "bwd_steps": steps(-1)}
 
     @staticmethod
     def reference(xp, x, shifts, axes):
