@@ -8,7 +8,9 @@ lmc checkpoint = one .npz (no pickles) holding
   <region>.<param name>   the averaged and accumulated weights the recipe keeps (REGIONS):
                           ema.* (use_ema), swa.* and swa_sq.* (use_swa / use_swag),
                           swag_dev.* ([K', *shape]: the last K' ≤ swag_k deviations θ − swa),
-                          grad_acc.* (grad_accum_steps > 1: the accumulators mid-cycle)
+                          grad_acc.* (grad_accum_steps > 1: the accumulators mid-cycle),
+                          spectral_u.* (spectral_cap: [taps, n] power-iteration vectors of the
+                          capped weights, lmc/trust/spectral.py)
   __lmc__                 JSON metadata (a 0-d unicode array): format, net_hash, step, epoch,
                           batch (the data position of the next step), seed, shuffle, …
 written atomically: a temp file in the same directory, fsync, os.replace, fsync of the directory.
@@ -50,7 +52,7 @@ def opt_key(slot: str, name: str) -> str:
 
 
 # per-parameter regions besides the live weights and the optimizer state
-REGIONS = ("ema", "swa", "swa_sq", "swag_dev", "grad_acc")
+REGIONS = ("ema", "swa", "swa_sq", "swag_dev", "grad_acc", "spectral_u")
 IGNORED_PREFIXES = ("opt.",) + tuple(f"{r}." for r in REGIONS)
 
 

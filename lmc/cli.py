@@ -196,6 +196,7 @@ def _train_abi(net) -> dict | None:
             "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
             "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
             "head_lr": sorted(a.head), "grad_accum_steps": a.accum,
+            "masks": [{"kind": m.kind, "layer": m.layer, "shape": list(m.value.type.dims)} for m in a.masks],
             "functions": ["train_step"] if a.accum == 1 else ["grad_step", "apply_step"]}
 
 
@@ -263,6 +264,8 @@ def train(spec: SpecArg,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
+          tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
@@ -273,7 +276,8 @@ def train(spec: SpecArg,
         with user_errors():
             net = _load(spec, sets)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
-                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every))
+                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
+                                tensorboard=tensorboard, stream=stream)
             s = run_training(net, opts, err)
     except Interrupted as e:
         err.print(str(e), markup=False, highlight=False)
@@ -298,7 +302,9 @@ def eval_cmd(spec: SpecArg,
              batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
              region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
+             recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
+             predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
     from .train import evaluate_checkpoint
@@ -307,12 +313,26 @@ def eval_cmd(spec: SpecArg,
             raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
-                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region)
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
+                                recalibrate)
+        if dump_correct is not None and not hasattr(r, "correct"):
+            raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
+                           f"(this spec's labels) does not have")
         if dump_correct is not None:
             from .trust.stats import save_bitmap
             save_bitmap(dump_correct, r.correct())
             err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
-    if as_json:
+    from .evaluate import EvalResult
+    if predictions is not None:
+        from .metrics import save_predictions
+        with user_errors():
+            if not save_predictions(r, predictions):
+                raise LmcError("--predictions draws segmentation, detection or regression outputs; this spec's "
+                               "labels are class ids")
+        err.print(f"wrote {predictions}", markup=False, highlight=False)
+    if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/metrics.py)
+        print(json.dumps({**r.as_dict(), "region": r.region}))
+    elif as_json:
         d = r.as_dict()
         d.update(correct=r.top1, top1_ci=[d["top1_lo"], d["top1_hi"]], region=r.region)
         if r.top5 is not None:
@@ -320,6 +340,25 @@ def eval_cmd(spec: SpecArg,
         print(json.dumps(d))
     else:
         console.print(r.describe(), markup=False, highlight=False)
+
+
+@app.command(cls=_Command)
+def sample(spec: SpecArg,
+           init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors.")],
+           prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
+           tokens: Annotated[int, typer.Option(help="How many bytes to sample after the prompt.")] = 200,
+           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely byte every time.")] = 0.8,
+           top_k: Annotated[int, typer.Option(help="Sample among the k most likely bytes only (0: all of them).")] = 0,
+           seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
+           backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+           chip: ChipOpt = None,
+           set: SetOpt = None) -> None:
+    """Sample text from a byte-level language model (SPEC ends in lm_head) through its compiled @forward."""
+    from .sample import sample as run_sample
+    with user_errors():
+        net = _load(spec, set, 1)
+        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip)
+    sys.stdout.write(text + "\n")
 
 
 @app.command(cls=_Command)

@@ -10,7 +10,7 @@ from typing import Any
 from .errors import Loc, SpecError
 from .fields import Choice, OptimizerKind, coerce, show, snake
 from .types import TensorType
-from .losses import BOXES, CLASS, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
+from .losses import BOXES, CLASS, FLOAT, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
 
 REQUIRED = object()
 
@@ -27,6 +27,10 @@ class DatasetKind(Choice):
     digits = "digits"          # embedded default: scikit-learn's bundled 8x8 digits
     npz = "npz"                # user arrays x, y (optional x_val, y_val)
     synthetic = "synthetic"    # seeded random data of the spec's shapes
+    digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
+    digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
+    digits_det = "digits_det"          # embedded: 64x64 mosaics of digits with YOLO box targets
+    text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
 
 
 @dataclass(frozen=True, init=False)
@@ -164,7 +168,28 @@ _FIELDS: list[tuple[str, Any, Any]] = [
     ("fpn_affine_area_thr", float, 0.1),    # Ultralytics' value; the seed states none
     ("yolo_cls_focal_gamma", float, 0.0),
 ]
-TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS}
+
+
+class Fp8Format(Choice):
+    off = "off"
+    e4m3 = "e4m3"      # float8 E4M3 (ml_dtypes.float8_e4m3fn): weights per column/channel, input per tensor
+
+    @classmethod
+    def parse(cls, value, where):
+        if value is False:      # YAML 1.1 reads a bare `off` (and `false`, `no`) as false
+            return cls.off
+        return super().parse(value, where)
+
+
+# lmc's own recipe fields beyond the seed's TrainConfig: the trust tools' training knobs
+# (docs/trust.md), after the seed's 78 in TrainConfig.
+_LMC_FIELDS: list[tuple[str, Any, Any]] = [
+    ("gaussian_noise_sigma", float, 0.0),   # N(0, σ²) added to every training batch (smoothing)
+    ("spectral_cap", float, 0.0),           # project weights onto ‖W‖₂ ≤ c; 0 = off
+    ("spectral_every", int, 1),             # ... after every K steps (and at the end)
+    ("fp8", Fp8Format, Fp8Format.off),
+]
+TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS + _LMC_FIELDS}
 # Fields that are counts where 0 is meaningful ("off").
 _ZERO_OK = {"seed", "warmup_epochs", "train_res", "swa_start_epoch", "checkpoint_every_n_epochs",
             "eval_every_n_epochs", "val_every_epochs", "rand_augment_n", "epochs"}
@@ -178,21 +203,24 @@ _PROB = {"random_erasing_prob", "fpn_affine_prob"}
 # would be accepted and do nothing, so check_rules refuses them, naming the switch.
 DEPENDS = {
     "mixup_alpha": "use_mixup", "cutmix_alpha": "use_cutmix", "knn_mixup_alpha": "use_knn_mixup",
-    "random_erasing_prob": "random_erasing", "focal_gamma": "use_focal", "ema_decay": "use_ema",
+    "random_erasing_prob": "random_erasing", "focal_gamma": ("use_focal", "anchors"), "ema_decay": "use_ema",
     "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
     "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
-    "rand_augment_inc": "rand_augment_geometric",
+    "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
+    "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
+    "fpn_affine_area_thr": "fpn_affine_prob",
 }
 
 
 def _make_config_class():
     ns = {"__annotations__": {}}
-    for name, t, d in _FIELDS:
+    for name, t, d in _FIELDS + _LMC_FIELDS:
         ns["__annotations__"][name] = t
         if d is not REQUIRED:
             ns[name] = field(default=d)
-    ns["__doc__"] = "The training recipe: every field of the seed's TrainConfig (78), snake_case."
+    ns["__doc__"] = ("The training recipe: every field of the seed's TrainConfig (78), snake_case, then "
+                     "lmc's own (_LMC_FIELDS).")
     return dataclass(frozen=True)(type("TrainConfig", (), ns))
 
 
@@ -243,7 +271,8 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
 
 # The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
 # segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
-DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES}
+DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES,
+                  "digits_seg": MASK, "digits_denoise": FLOAT, "digits_det": BOXES}
 
 
 def dataset_labels(dataset) -> str:
@@ -305,10 +334,23 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     loss = loss_for(kind)
     for r in loss.focal_rules(cfg) if cfg.use_focal else []:
         err(r.message, r.field, also=r.also, hint=r.hint)
-    for name, switch in DEPENDS.items():
-        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not getattr(cfg, switch):
+    for name, switches in DEPENDS.items():
+        # a field may serve several switches (focal_gamma: also the anchor path's focal objectness)
+        switch, *others = switches if isinstance(switches, tuple) else (switches,)
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
             err(f"{name} has no effect without {switch}: true", name, also=(switch,),
                 hint=f"set {switch}: true, or drop {name}")
+    from .optim import OPTIMIZER_FIELDS, fields_read, selection
+    chosen, by = selection(cfg)
+    reads = fields_read(chosen, cfg)
+    for name in OPTIMIZER_FIELDS:
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
+            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
+            err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
+                hint=f"drop {name}, or choose an optimizer that uses it")
+    if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
+        err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
     if cfg.use_auto_augment and cfg.use_rand_augment:
         err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
             "use_rand_augment", also=("use_auto_augment",))
@@ -355,7 +397,7 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
     (Loss.check_classes), the head prior's length.  With the output's dims the loss's logits
     layout is checked first (Loss.check_output: e.g. a per-pixel loss needs [B, NC, H, W], where
     NC is then the class count; the one definition of that rule, lower.abi asks it through here)."""
-    loss = loss_for(effective_loss(cfg, dataset))
+    loss = loss_for(effective_loss(cfg, dataset), cfg)
     if output_dims is not None:
         why = loss.check_output(TensorType(tuple(output_dims)))
         if why:

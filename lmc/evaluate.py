@@ -43,6 +43,7 @@ class EvalResult:
     top1: int
     top5: int | None = None      # None when the head has ≤ 5 classes
     region: str = "live"         # which weights were scored: live, ema, swa, swag
+    nll: float | None = None     # Σ −log p(label) over the scored tokens (per-position heads: an LM)
     masks: list = field(default_factory=list, repr=False)   # per-batch top-1 correctness (correct_mask)
 
     def correct(self) -> np.ndarray:
@@ -55,6 +56,9 @@ class EvalResult:
         if self.top5 is not None:
             out["top5"] = self.top5 / self.n if self.n else None
             out["top5_lo"], out["top5_hi"] = wilson95(self.top5, self.n)
+        if self.nll is not None and self.n:
+            out["loss"] = self.nll / self.n
+            out["perplexity"] = math.exp(self.nll / self.n)
         return out
 
     def describe(self) -> str:
@@ -65,6 +69,8 @@ class EvalResult:
         if self.top5 is not None:
             lo5, hi5 = wilson95(self.top5, self.n)
             s += f", top-5 {100 * self.top5 / self.n:.2f}% (95% CI {100 * lo5:.2f}–{100 * hi5:.2f})"
+        if self.nll is not None:
+            s = f"per-token {s}; loss {self.nll / self.n:.4f} nats, perplexity {math.exp(self.nll / self.n):.3f}"
         return s
 
 
@@ -74,7 +80,26 @@ def correct_mask(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return (np.argmax(logits, axis=1) == labels.astype(np.int64)).astype(np.uint8)
 
 
+def _per_position(logits: np.ndarray, y: np.ndarray):
+    """Per-position logits [n, V, T, 1] (an LM head) with labels [n, T, 1] → one row per token:
+    [n·T, V] and [n·T]; class logits [n, V] pass through."""
+    if logits.ndim <= 2:
+        return logits, y
+    v = logits.shape[1]
+    return np.moveaxis(logits, 1, -1).reshape(-1, v), y.reshape(-1)
+
+
+def _nll(logits: np.ndarray, y: np.ndarray) -> float:
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(y)), y.astype(np.int64)].sum())
+
+
 def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
+    if logits.ndim > 2:                       # per-token scores (accuracy, loss, perplexity)
+        logits, y = _per_position(logits, y)
+        res.nll = (res.nll or 0.0) + _nll(logits, y)
     res.n += len(y)
     m = correct_mask(logits, y)
     res.top1 += int(m.sum())
@@ -83,8 +108,19 @@ def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
         res.top5 += count_correct(logits, y, 5)
 
 
-def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int) -> EvalResult:
-    """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays."""
+def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int,
+             label_format: str = "class ids", regions: dict | None = None, loss=None):
+    """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays.
+    Labels other than class ids are scored by lmc/metrics.py: per-pixel masks (pixel accuracy,
+    IoU, region Dice over `regions`), float targets (MSE, PSNR), box targets (mAP, decoded by
+    the recipe's `loss`)."""
+    from .metrics import scorer
+    other = scorer(label_format, num_classes, regions, loss)
+    if other is not None:
+        for xb, yb, n in eval_batches(x, y, batch):
+            other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n],
+                      xb[:n])
+        return other
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
     for xb, yb, n in eval_batches(x, y, batch):
         logits = np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]

@@ -47,6 +47,16 @@ class Value:
     id: int = 0
 
 
+@dataclass(frozen=True, eq=False)
+class Mask:
+    """A per-step random input of the train step, drawn by the host (lmc/masks.py): dropout's
+    per-element keep mask or a stochastic-depth site's per-example one, its values 0 or
+    1/keep.  The eval functions (@forward, @input_grad) feed all ones: the exact identity."""
+    value: Value
+    kind: str                    # "dropout" | "drop_path"
+    layer: int
+
+
 @dataclass(eq=False)
 class Node:
     prim: Any                    # a Prim instance (attributes bound)
@@ -69,9 +79,7 @@ class Graph:
         # spec layer index → its output value, so a layer can read an earlier layer's output
         # (U-Net skips, FPN taps); filled by `infer` after each layer
         self.layer_outputs: dict[int, Value] = {}
-        # (name, value) of the per-example stochastic-depth keep masks the host feeds the train
-        # step after x (keep_mask); @forward (eval) reads ones
-        self.keep: list[tuple[str, Value]] = []
+        self.masks: list[Mask] = []      # the train step's random inputs, in ABI order
 
     def input(self, t: TensorType) -> Value:
         self.x = self._value(t, None)
@@ -83,12 +91,10 @@ class Graph:
         output.  Never lowered."""
         return self._value(t, None)
 
-    def keep_mask(self, batch: int) -> Value:
-        """A stochastic-depth site's keep mask [B, 1, 1, 1]: per example 0 (the branch dropped)
-        or 1/keep_prob, drawn by the host (the driver owns the ramp); an extra argument of the
-        train step after x, in site order, and ones in @forward.  No gradient flows to it."""
-        v = self._value(TensorType((batch, 1, 1, 1)), None)
-        self.keep.append((f"{self.prefix}keep{len(self.keep)}", v))
+    def mask(self, kind: str, dims) -> Value:
+        """A host-drawn random input (dropout, drop path) of shape dims."""
+        v = self._value(TensorType(tuple(int(d) for d in dims)), None)
+        self.masks.append(Mask(v, kind, self.layer))
         return v
 
     def _value(self, t, node) -> Value:

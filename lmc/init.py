@@ -10,6 +10,14 @@ Rules (the seed's; training.md §5.2/§5.3, not the Lean IREE path's fan-in Bate
   trunc_normal  normal, std Param.std, redrawn outside ±2·std
   zeros / ones  biases, BN β / BN γ; BN running mean 0, running var 1
   constant      every element Param.std (ConvNeXt's LayerScale, 1e-6)
+  uniform       U(±Param.std)
+
+Recipe switches that replace these rules (training.md §5.2, `recipe_inits`):
+  vit_init      every 2-D weight (dense, linear: q/k/v/out, MLP, heads) trunc_normal 0.02 (biases
+                stay 0), the patch_embed conv U(±1/√(ic·p²)), its class token and position table
+                normal 0.02; LayerNorm stays (1, 0)
+  cnx_init      every conv and linear weight (rank ≥ 2) trunc_normal 0.02; LN (1, 0) and the
+                LayerScale 1e-6 stay
 Any other kind is refused: silently drawing something plausible would train a different net.
 
 Determinism: tensor i draws from its own `Generator(PCG64([seed, INIT_STREAM, i]))`, so the
@@ -18,18 +26,43 @@ and adding a layer at the end never changes the earlier layers' draws."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from .errors import TrainError
 
 INIT_STREAM = 0x1A17      # mixed into the seed so init never shares a stream with the data order
-KINDS = ("he", "glorot", "normal", "trunc_normal", "zeros", "ones", "constant")
+KINDS = ("he", "glorot", "normal", "trunc_normal", "zeros", "ones", "constant", "uniform")
+
+
+def recipe_inits(net) -> dict:
+    """param name → the Param with the init rule vit_init / cnx_init give it (only those that change)."""
+    cfg = getattr(getattr(net, "spec", None), "train", None)
+    out = {}
+    if cfg is None or not (cfg.vit_init or cfg.cnx_init):
+        return out
+    weight = lambda p: p.name.endswith("weight")     # noqa: E731  (biases, norms, tokens keep theirs)
+    for layer in net.layers:
+        for p in layer.params:
+            if cfg.vit_init and layer.kind == "patch_embed":
+                short = p.name.rsplit(".", 1)[-1]
+                if short == "weight":
+                    fan_in = math.prod(p.type.dims[1:])
+                    out[p.name] = replace(p, init="uniform", std=1.0 / math.sqrt(fan_in))
+                elif short in ("cls", "pos"):
+                    out[p.name] = replace(p, init="normal", std=0.02)
+            elif cfg.vit_init and weight(p) and p.type.rank == 2:
+                out[p.name] = replace(p, init="trunc_normal", std=0.02)
+            elif cfg.cnx_init and weight(p) and p.type.rank >= 2:
+                out[p.name] = replace(p, init="trunc_normal", std=0.02)
+    return out
 
 
 def init_tensors(net, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(params, state): fresh float32 arrays in ABI order."""
-    params = [_draw(p, np.random.Generator(np.random.PCG64([seed % 2**64, INIT_STREAM, i])))
+    rules = recipe_inits(net)
+    params = [_draw(rules.get(p.name, p), np.random.Generator(np.random.PCG64([seed % 2**64, INIT_STREAM, i])))
               for i, p in enumerate(net.params)]
     state = [_constant(s.name, s.init, s.type.dims) for s in net.state]
     return params, state
@@ -49,6 +82,8 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
         return _constant(p.name, p.init, dims)
     if p.init == "constant":
         return np.full(dims, p.std, np.float32)
+    if p.init == "uniform":
+        return rng.uniform(-p.std, p.std, dims).astype(np.float32)
     if p.init == "he":
         if p.fan_out <= 0:
             raise TrainError(f"parameter {p.name}: He init needs fan_out > 0 (a bug in its layer)")
@@ -70,3 +105,21 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
         return (z * p.std).astype(np.float32)
     raise TrainError(f"parameter {p.name}: unknown init kind {p.init!r} (known: {', '.join(KINDS)})",
                      hint="add the rule to lmc/init.py")
+
+
+def apply_head_prior(params: list[np.ndarray], net, cfg) -> list[str]:
+    """`head_prior_bias` π (RetinaNet's prior init, training.md §1 step 2): the head's bias — the
+    last parameter tensor, which must be a [NC] bias — becomes log π_c, so the net starts out
+    predicting the class prior instead of a uniform distribution.  Replaces params in place."""
+    prior = np.asarray(cfg.head_prior_bias, np.float64)
+    if prior.size == 0:
+        return []
+    last = net.params[-1] if net.params else None
+    if last is None or last.type.dims != (prior.size,):
+        raise TrainError(f"train.head_prior_bias: {prior.size} values, but the net's last parameter is "
+                         f"{last.name + ' ' + str(list(last.type.dims)) if last else 'missing'}, not a "
+                         f"[{prior.size}] head bias", hint="end the net with a dense (or 1×1 conv) layer with a bias")
+    if not (prior > 0).all():
+        raise TrainError(f"train.head_prior_bias: priors must be > 0 (their log is the bias), got {prior.tolist()}")
+    params[-1] = np.log(prior).astype(np.float32)
+    return [f"head prior: {last.name} = log π"]

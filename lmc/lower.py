@@ -7,12 +7,15 @@ ABI (README "Module ABI"; `abi()` is its one definition, used by lower, train, c
 bench and the tests).  P = params in `lmc info --params` order, O = optimizer state (slot-major:
 for each slot, the params that have it, in P order), E = EMA weights (use_ema; P's types),
 S = running state, G = gradient accumulators (P's types), hp = the runtime hyperparameters:
-  @train_step(P..., O..., E..., S..., x, labels, hp) -> (P'..., O'..., E'..., S'..., loss, correct)
-  @grad_step(P..., S..., G..., x, labels, hp)       -> (G + g..., S'..., loss, correct)
+  @train_step(P..., O..., E..., S..., x, labels, hp, M...) -> (P'..., O'..., E'..., S'..., loss, correct)
+  @grad_step(P..., S..., G..., x, labels, hp, M...)       -> (G + g..., S'..., loss, correct)
+  (M: the host-drawn dropout / drop-path masks, Abi.masks, none without those knobs)
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
   @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
+  @spectral_project(W..., U..., cap) -> (W'..., U'...)  (train.spectral_cap; W the capped
+      weights, U their power-iteration vectors: lmc/trust/spectral.py)
 @input_grad is the training graph (BN with batch statistics) carried down to the input: the
 loss of the batch and its gradient with respect to x, for attacks (lmc/trust/attack.py).
 The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
@@ -56,6 +59,11 @@ class Abi:
     accum: int = 1                  # grad_accum_steps
     no_decay: frozenset = frozenset()   # params excluded from weight decay (wd_exclude_norm_bias)
     used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
+    masks: list = field(default_factory=list)   # graph.Mask: the train step's host-drawn random inputs
+
+    def mask_ones(self) -> list[np.ndarray]:
+        """All-ones masks: the exact identity (what @forward uses)."""
+        return [np.ones(m.value.type.dims, np.float32) for m in self.masks]
 
     def decay(self, name: str) -> bool:
         """Whether this parameter takes weight decay."""
@@ -109,7 +117,7 @@ def abi(net: TypedNet) -> Abi:
         return Abi(net.params, [], [], net.state, net.input, out, out)
     kind = effective_loss(cfg, net.spec.dataset)
     try:
-        loss = make_loss(kind)
+        loss = make_loss(kind, cfg)
     except NotImplementedKind as e:
         raise e.located(net.spec.loc("train", "loss_kind"))
     refused = loss.refused(cfg)
@@ -140,7 +148,8 @@ def abi(net: TypedNet) -> Abi:
     # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
     no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
-               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used)
+               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
+               list(net.graph.masks))
 
 
 def ema_decay(cfg, step: int) -> float:
@@ -183,6 +192,8 @@ class _Emitter:
     def __init__(self, net: TypedNet):
         self.net = net
         self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
+        # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision)
+        self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
         self.lines: list[str] = []
         self.n = 0
@@ -254,6 +265,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
             bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
         if net.spec.train.use_swa:
             bodies.append(_average(net, em, a))
+        if net.spec.train.spectral_cap > 0:
+            bodies.append(_spectral_project(net, em))
     if functions == "input_grad":
         if net.spec.train is None:
             raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
@@ -292,8 +305,9 @@ def _prim_for(node: Node, forms: dict):
 
 
 def _rendered(em: _Emitter, node: Node):
-    r = render_prim(_prim_for(node, em.forms), [v.type for v in node.inputs], [p.type for p in node.params],
-                    node.out.type)
+    prim = _prim_for(node, em.forms)
+    extra = {"bf16": True} if em.bf16 and prim.mixed_precision else None
+    r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r
 
@@ -305,10 +319,7 @@ def _forward(net: TypedNet, em: _Emitter) -> str:
     sname = {s.name: f"%s{i}" for i, s in enumerate(g.state)}
     args = [f"{pname[p.name]}: {p.type.mlir}" for p in g.params] + \
            [f"{sname[s.name]}: {s.type.mlir}" for s in g.state] + [f"%x: {net.input.mlir}"]
-    val = {g.x.id: "%x"}
-    for i, (_, v) in enumerate(g.keep):          # eval: every stochastic-depth branch kept, unscaled
-        val[v.id] = f"%k{i}"
-        em.lines.append(f"    %k{i} = stablehlo.constant dense<1.0> : {v.type.mlir}")
+    val = {g.x.id: "%x", **_ones(em, g.masks)}
     for node in g.nodes:
         r = _rendered(em, node)
         ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(pname[p.name], p.type.mlir) for p in node.params]
@@ -377,13 +388,28 @@ def _template(em: _Emitter, path: str, kind: str, ctx: dict, what: str) -> str:
     return sym
 
 
+def _ones(em: _Emitter, masks) -> dict:
+    """Value id → an all-ones constant for each mask (eval: dropout and drop path are the identity)."""
+    out = {}
+    for i, m in enumerate(masks):
+        v = f"%ones_m{i}"
+        em.lines.append(f"    {v} = stablehlo.constant dense<1.0> : {m.value.type.mlir}")
+        out[m.value.id] = v
+    return out
+
+
+def _mask_args(a: Abi) -> list[str]:
+    return [f"%m{i}: {m.value.type.mlir}" for i, m in enumerate(a.masks)]
+
+
 def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = None):
     """Forward, loss, reverse walk and running statistics.  Returns (grads: param name → SSA,
     new state: state name → SSA, (loss, correct)); with `dx` a list, the cotangents reaching
-    the network input are appended to it (else the first layers' dx are dropped)."""
+    the network input are appended to it (else the first layers' dx are dropped).  The masks
+    are the function's %m arguments, except under `dx` (@input_grad: all ones, the eval net)."""
     g = net.graph
-    val = {g.x.id: "%x"}
-    val.update({v.id: f"%k{i}" for i, (_, v) in enumerate(g.keep)})      # host keep masks (_keep_args)
+    masks = _ones(em, g.masks) if dx is not None else {m.value.id: f"%m{i}" for i, m in enumerate(g.masks)}
+    val = {g.x.id: "%x", **masks}
     saved, stats = {}, {}
     for node in g.nodes:
         r = _rendered(em, node)
@@ -415,8 +441,8 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
         for k, (v, d) in enumerate(zip(node.inputs, res)):
             if v.node is not None:
                 cot.setdefault(v.id, []).append(d)
-            elif dx is not None and node.prim.inputs[min(k, len(node.prim.inputs) - 1)] not in \
-                    node.prim.constant_inputs:  # the network input (the train step drops it)
+            elif dx is not None and v is g.x and node.prim.inputs[min(k, len(node.prim.inputs) - 1)] not in \
+                    node.prim.constant_inputs:  # the network input (the train step drops it; masks have none)
                 dx.append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
@@ -477,16 +503,10 @@ def _rets_poe(a: Abi, new_p, new_o, new_e) -> list[tuple[str, str]]:
     return rets
 
 
-def _keep_args(net: TypedNet) -> list[str]:
-    """The stochastic-depth keep masks (Graph.keep_mask), after x: none unless the recipe's
-    drop_path > 0 puts sites in the graph."""
-    return [f"%k{i}: {v.type.mlir}" for i, (_, v) in enumerate(net.graph.keep)]
-
-
 def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "POES") + [f"%x: {a.x.mlir}"] + _keep_args(net) + [f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "POES") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
     new_p, new_o, new_e = _update(net, em, a, N, grads)
     rets = _rets_poe(a, new_p, new_o, new_e)
@@ -501,7 +521,7 @@ def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:
     computed in the walk but returned by no one (the compiler drops them)."""
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "PS") + [f"%x: {a.x.mlir}"] + _keep_args(net) + [f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "PS") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
     dxs: list[str] = []
     _, _, (loss, _) = _grads(net, em, a, N, dx=dxs)
     if not dxs:
@@ -516,7 +536,7 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     """One micro-batch: forward + backward, the gradient added into the accumulators G."""
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}"] + _keep_args(net) + [f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
     rets = []
     for p in a.params:
@@ -566,6 +586,23 @@ def _average(net: TypedNet, em: _Emitter, a: Abi) -> str:
         else:
             rets_a.append((em.call(sym, [(f"%a{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t])[0], t))
     return _func("average", args, em, rets_a + rets_q)
+
+
+def _spectral_project(net: TypedNet, em: _Emitter) -> str:
+    """train.spectral_cap: each capped weight projected by templates/trust/spectral.mlir.j2."""
+    from .trust.spectral import capped, context
+    em.lines = []
+    caps = capped(net)
+    args = [f"%w{i}: {c.param.type.mlir}" for i, c in enumerate(caps)] + \
+           [f"%u{i}: {c.u_type.mlir}" for i, c in enumerate(caps)] + ["%cap: tensor<f32>"]
+    rets_w, rets_u = [], []
+    for i, c in enumerate(caps):
+        t, ut = c.param.type.mlir, c.u_type.mlir
+        sym = _template(em, "trust/spectral.mlir.j2", "spectral", context(c), "train.spectral_cap")
+        r = em.call(sym, [(f"%w{i}", t), (f"%u{i}", ut), ("%cap", SCALAR)], [t, ut])
+        rets_w.append((r[0], t))
+        rets_u.append((r[1], ut))
+    return _func("spectral_project", args, em, rets_w + rets_u)
 
 
 def _sum(em: _Emitter, vals: list[str], t: str) -> str:

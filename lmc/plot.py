@@ -19,6 +19,19 @@ def read_metrics(path: Path) -> list[dict]:
     return recs
 
 
+def _plot_other_evals(ax, evals, bpe):
+    """The metrics of lmc/metrics.py: segmentation (val mIoU and pixel accuracy, %) or regression
+    (val PSNR, dB)."""
+    seg = [r for r in evals if r.get("miou") is not None]
+    if seg:
+        x = [r["step"] / bpe for r in seg]
+        ax.plot(x, [100 * r["miou"] for r in seg], "s-", ms=4, label="val mIoU")
+        ax.plot(x, [100 * r["pixel_acc"] for r in seg], "^--", ms=4, label="val pixel acc")
+    reg = [r for r in evals if r.get("psnr") is not None]
+    if reg:
+        ax.plot([r["step"] / bpe for r in reg], [r["psnr"] for r in reg], "s-", ms=4, label="val PSNR")
+
+
 def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     """Loss per step (and per-epoch mean) on the left; train and validation top-1 per epoch,
     with the validation's 95% Wilson interval, on the right."""
@@ -47,8 +60,11 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     ax1.grid(alpha=0.3)
     ax1.legend()
 
-    if epochs:
-        ax2.plot([r["epoch"] for r in epochs], [100 * r["acc"] for r in epochs], "o-", ms=3, label="train top-1")
+    ep_acc = [r for r in epochs if r.get("acc") is not None]     # a regression loss has none
+    if ep_acc:
+        seg = any("miou" in r for r in recs if r.get("kind") == "eval")
+        ax2.plot([r["epoch"] for r in ep_acc], [100 * r["acc"] for r in ep_acc], "o-", ms=3,
+                 label="train pixel acc" if seg else "train top-1")
     if evals:
         x = [r["step"] / bpe for r in evals]
         y = [100 * r["top1"] for r in evals]
@@ -56,8 +72,9 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
         ax2.errorbar(x, y, yerr=err, fmt="s-", ms=4, capsize=3, label="val top-1 (95% Wilson)")
         if "top5" in evals[-1]:
             ax2.plot(x, [100 * r["top5"] for r in evals], "^--", ms=4, label="val top-5")
+    _plot_other_evals(ax2, [r for r in recs if r.get("kind") == "eval"], bpe)
     ax2.set_xlabel("epoch")
-    ax2.set_ylabel("accuracy (%)")
+    ax2.set_ylabel("accuracy (%)" if not any("psnr" in r for r in recs) else "validation PSNR (dB)")
     ax2.grid(alpha=0.3)
     ax2.legend(loc="lower right")
     fig.suptitle(f"{head.get('name', run_dir.name)}  ({head.get('optimizer', '?')}, lr {head.get('learning_rate', '?')}, "

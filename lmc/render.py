@@ -45,9 +45,11 @@ class Rendered:
     stats: tuple[TensorType, ...]
 
 
-def render_prim(prim, ins: list[TensorType], ps: list[TensorType], out: TensorType) -> Rendered:
+def render_prim(prim, ins: list[TensorType], ps: list[TensorType], out: TensorType,
+                extra: dict | None = None) -> Rendered:
     """Render one primitive for concrete types.  Context: each input/param name → its MLIR
-    type, `y` → output type, `mask` → i1 tensor of y's shape, the prim's attrs and context()."""
+    type, `y` → output type, `mask` → i1 tensor of y's shape, the prim's attrs and context(),
+    then `extra` (the lowering's precision choice: bf16)."""
     ctx: dict = {}
     for n, t in zip(prim.inputs, ins):
         ctx[n] = t.mlir
@@ -57,6 +59,7 @@ def render_prim(prim, ins: list[TensorType], ps: list[TensorType], out: TensorTy
     ctx["mask"] = TensorType(out.dims, "i1").mlir
     ctx.update(prim.attrs)
     ctx.update(prim.context(ins, ps, out))
+    ctx.update(extra or {})
     s = sig(prim.name, ctx)
     ctx.update(fwd=f"{prim.name}_fwd_{s}", bwd=f"{prim.name}_bwd_{s}", eval=f"{prim.name}_eval_{s}")
     text = render_template(f"prims/{prim.name}.mlir.j2", ctx, f"primitive {prim.name}")

@@ -33,8 +33,9 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
+from .metrics import eval_format, save_predictions
 from .infer import check_recipe_fits
-from .init import init_tensors
+from .init import apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
 
 CHECKPOINT = "last.npz"
@@ -42,10 +43,8 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("use_focal", "use_diou_box", "anchors", "fpn_scales",
-                "yolo_cls_weights", "head_prior_bias", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "use_yolov1", "bf16", "bf16_conv", "vit_init", "cnx_init", "dropout", "fpn_affine_scale", "fpn_affine_translate",
-                "fpn_affine_prob", "val_every_epochs")
+_UNSUPPORTED = ("fpn_scales", "det_prior_pi", "train_res", "test_crop_ratio", "use_tta", "bf16_conv",
+                "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
 @dataclass
@@ -60,6 +59,8 @@ class TrainOptions:
     shuffle: bool = True
     overwrite: bool = False
     log_every: int = 10
+    tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
+    stream: bool | None = None        # image folders decoded per batch (None: by size)
 
 
 class Interrupted(Exception):
@@ -87,6 +88,14 @@ def check_recipe(cfg) -> None:
     if on:
         raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
                          hint="remove these fields from the recipe (or set them to their defaults)")
+    if cfg.fp8.value != "off":
+        with_ = [f for f, on in (("use_ema", cfg.use_ema), ("use_swa", cfg.use_swa),
+                                  ("grad_accum_steps > 1", cfg.grad_accum_steps > 1),
+                                  ("spectral_cap", cfg.spectral_cap > 0)) if on]
+        if with_:
+            raise TrainError(f"not implemented yet: train.fp8 with {', '.join(with_)}")
+    if cfg.spectral_cap > 0 and cfg.grad_accum_steps > 1:
+        raise TrainError("not implemented yet: train.spectral_cap with grad_accum_steps > 1")
     if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
         raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
 
@@ -105,9 +114,10 @@ def refusals(net) -> list[LmcError]:
     return errs
 
 
-def load_data(net, data: Path | None, seed: int):
-    """The spec's dataset (or --data), fitted to the net's input and head."""
-    from .data import load_dataset
+def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
+    """The spec's dataset (or --data), fitted to the net's input and head (`stream`: decode
+    image folders per batch; None: the loader decides by size)."""
+    from .data import EMBEDDED, load_dataset
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
     if data is not None and Path(data).suffix == ".npz":
@@ -115,9 +125,12 @@ def load_data(net, data: Path | None, seed: int):
     if kind is None:
         raise DataError(f"{net.spec.file}: the spec names no dataset",
                         hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
-    if path is None and kind not in ("digits", "synthetic"):
+    if path is None and kind not in EMBEDDED:
         path = Path("data") / kind
-    return load_dataset(kind, path, net.input.dims[1:], net.num_classes, seed=seed)
+    classes = net.num_classes
+    if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
+        classes = net.output.type.dims[1]
+    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream)
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -132,8 +145,12 @@ def _now() -> str:
 class _Metrics:
     """RUN_DIR/metrics.jsonl, one JSON object per line, flushed as written."""
 
-    def __init__(self, path: Path, keep_until_step: int | None):
+    def __init__(self, path: Path, keep_until_step: int | None, tensorboard: Path | None = None):
         self.path = path
+        self.tb = None
+        if tensorboard is not None:
+            from .tboard import Mirror
+            self.tb = Mirror(tensorboard, None if keep_until_step is None else keep_until_step + 1)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.kept: list[dict] = []
         if keep_until_step is None:
@@ -154,15 +171,22 @@ class _Metrics:
 
     def write(self, flush: bool = True, **rec):
         self.f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            self.tb.record(rec)
         if flush:
-            self.f.flush()
+            self.flush()
 
     def flush(self):
         self.f.flush()
+        if self.tb is not None:
+            self.tb.flush()
 
     def close(self):
         if not self.f.closed:
             self.f.close()
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
 
 
 class Trainer:
@@ -214,7 +238,8 @@ class Trainer:
             if not self.ckpt_path.exists():
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
-        self.ds = load_data(net, opts.data, cfg.seed)
+        self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
+        self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
@@ -237,6 +262,9 @@ class Trainer:
                     raise TrainError(f"--resume: the checkpoint was trained with {key} {m.get(key)}, now {now}; "
                                      f"the data position would not mean the same batches",
                                      hint="resume with the same batch size and dataset")
+            if m.get("fp8", "off") != cfg.fp8.value:
+                raise TrainError(f"--resume: the checkpoint was trained with fp8 {m.get('fp8', 'off')}, this "
+                                 f"recipe has fp8 {cfg.fp8.value}", hint="resume with the recipe the run was started with")
             for key, now in (("seed", cfg.seed), ("shuffle", opts.shuffle)):
                 if m.get(key) != now:
                     self.warn(f"the checkpoint used {key}={m.get(key)}, this run {key}={now}: "
@@ -259,7 +287,7 @@ class Trainer:
             self.log(f"resuming {self.ckpt_path} at step {self.step} (epoch {self.epoch + 1}, batch {self.batch})")
         else:
             params, state = init_tensors(net, cfg.seed)
-            for note in apply_bootstrap(params, state, net, cfg):
+            for note in apply_bootstrap(params, state, net, cfg) + apply_head_prior(params, net, cfg):
                 self.log(note)
             if opts.init is not None:
                 got = load_init(Path(opts.init), net)
@@ -280,7 +308,8 @@ class Trainer:
         self.O = [up(a) for a in opt_state]
         self.S = [up(a) for a in state]
         self._setup_regions(params)
-        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None)
+        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
+                                self.opts.tensorboard)
         if self.resumed is None:
             self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
                                net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
@@ -304,6 +333,8 @@ class Trainer:
             out += ["swa_sq", "swag_dev"]
         if self.abi.accum > 1:
             out.append("grad_acc")
+        if cfg.spectral_cap > 0:
+            out.append("spectral_u")
         return out
 
     def _setup_regions(self, params):
@@ -322,6 +353,14 @@ class Trainer:
         self.Q = [up(a) for a in region("swa_sq", zeros)] if self.cfg.use_swag else []
         self.G = [up(a) for a in region("grad_acc", zeros)] if self.abi.accum > 1 else []
         self.swa_n = int(self.resumed.meta.get("swa_n", 0)) if self.resumed is not None else 0
+        # spectral_cap: the capped weights' power-iteration vectors (warm starts)
+        self.caps, self.U = [], []
+        if self.cfg.spectral_cap > 0:
+            from .trust.spectral import capped, initial_u
+            self.caps = capped(self.net)
+            U = ([got["spectral_u"][c.param.name] for c in self.caps] if "spectral_u" in got
+                 else initial_u(self.caps, self.cfg.seed))
+            self.U = [up(a) for a in U]
         # SWAG's last K deviations θ − swa, host side (only sampling at eval reads them)
         self.devs = []
         if self.cfg.use_swag and "swag_dev" in got:
@@ -334,11 +373,25 @@ class Trainer:
         for r, arrays in (("ema", self.E), ("swa", self.A), ("swa_sq", self.Q), ("grad_acc", self.G)):
             if r in self.regions():
                 out[r] = dict(zip(names, _to_host(arrays)))
+        if self.caps:
+            out["spectral_u"] = {c.param.name: u for c, u in zip(self.caps, _to_host(self.U))}
         if self.cfg.use_swag:
             out["swag_dev"] = {n: (np.stack([d[i] for d in self.devs]) if self.devs else
                                    np.zeros((0,) + p.type.dims, np.float32))
                                for i, (n, p) in enumerate(zip(names, self.net.params))}
         return out
+
+    def project(self, calls: int = 1):
+        """train.spectral_cap: `calls` rounds of @spectral_project on the capped weights."""
+        idx = {p.name: i for i, p in enumerate(self.net.params)}
+        W = [self.P[idx[c.param.name]] for c in self.caps]
+        cap = np.asarray(self.cfg.spectral_cap, np.float32)     # rank 0
+        for _ in range(calls):
+            out = list(self.module.spectral_project(*W, *self.U, cap))
+            W, self.U = out[:len(W)], out[len(W):]
+        self.P = list(self.P)
+        for c, w in zip(self.caps, W):
+            self.P[idx[c.param.name]] = w
 
     def swa_update(self):
         """End of an epoch ≥ swa_start_epoch: swa ← swa + (θ − swa)/(n + 1) (and SWAG's mean of
@@ -374,7 +427,7 @@ class Trainer:
                 "epochs": self.cfg.epochs, "loss": self.last_loss, "spec": self.net.spec.file,
                 "name": self.net.spec.name, "complete": complete, "time": _now(),
                 "lr": self.lr_at(max(self.step, 1)), "swa_n": self.swa_n,
-                "eval_region": self.eval_region(final=complete)}
+                "eval_region": self.eval_region(final=complete), "fp8": self.cfg.fp8.value}
         save_checkpoint(self.ckpt_path, self.net, self.abi.opt_keys, params, opt, state, meta, self.host_regions())
         self.last_ckpt_step = self.step
         self.metrics.write(kind="checkpoint", step=self.step, epoch=self.epoch + (1 if self.batch else 0),
@@ -396,7 +449,8 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args)
+            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss),
+                         loss=self.abi.loss)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -419,7 +473,8 @@ class Trainer:
                 self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
                 raise self._nan_error(f"the loss is {loss} at step {step} (epoch {ep + 1}, batch {b + 1})")
             self.metrics.write(flush=False, kind="step", step=step, epoch=ep + 1, batch=b, loss=loss,
-                               acc=correct / B, lr=lr, images_per_s=round(ips, 1))
+                               acc=correct / B if self.abi.loss.counts_correct else None, lr=lr,
+                               images_per_s=round(ips, 1))
             self.ep_loss += loss
             self.ep_correct += correct
             self.ep_n += 1
@@ -453,12 +508,20 @@ class Trainer:
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
+        if self.caps and self.steps_run and self.step >= self.total:
+            # spectral_cap's last projection, with more power iterations; scored again below
+            from .trust.spectral import FINAL_CALLS
+            self.project(FINAL_CALLS)
+            self.last_eval_step = None
         # always end with an eval and a checkpoint of the final state (unless just done)
         final_region = self.eval_region(final=True)
         if self.last_eval_step != self.step or self.last_eval is None or \
                 getattr(self.last_eval, "region", "live") != final_region:
             r = self.run_eval(final=True)
             self.log(f"final eval: {r.describe()}")
+        # segmentation / detection / regression: a picture of the first validation predictions
+        if save_predictions(self.last_eval, self.out / "predictions.png"):
+            self.log(f"wrote {self.out / 'predictions.png'}")
         self.save(complete=self.step >= self.total)
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
                            train_seconds=round(self.train_seconds, 3))
@@ -477,10 +540,40 @@ class Trainer:
         """The data pipeline's labels → the loss's label tensor (class ids, soft targets, …)."""
         return self.abi.loss.fit_labels(y, self.net.num_classes or 1, self.cfg)
 
+    def noised(self, x):
+        """train.gaussian_noise_sigma σ > 0: x + N(0, σ²I), host side, every batch (randomized
+        smoothing's matched noise, lmc certify); drawn from (seed, step), so a resumed run
+        draws what the uninterrupted one did."""
+        sigma = self.cfg.gaussian_noise_sigma
+        if not sigma:
+            return x
+        rng = np.random.default_rng([self.cfg.seed, 0x6A55, self.step])
+        return (x + np.float32(sigma) * rng.standard_normal(x.shape, dtype=np.float32)).astype(np.float32)
+
+    def _fp8_step(self, x, y, lr):
+        """train.fp8 (lmc/trust/fp8.py): the step on E4M3-projected weights and input, its update
+        folded into the f32 master (self.P holds the master between steps)."""
+        from .trust.fp8 import project, project_params, weight_axes
+        if not hasattr(self, "_fp8_axes"):
+            self._fp8_axes = weight_axes(self.net)
+        master = _to_host(self.P)
+        q = project_params(self.net, master, self._fp8_axes)
+        up = self.module.upload
+        self.P = [up(a) for a in q]
+        loss, correct = self._fused_step(project(np.asarray(x, np.float32), None), y, lr)
+        self.P = [up(m + (o - p)) for m, o, p in zip(master, _to_host(self.P), q)]
+        return loss, correct
+
+    def step_masks(self) -> list[np.ndarray]:
+        """The dropout / drop-path masks of the current batch (lmc/masks.py), from (seed, epoch,
+        batch): a resumed run draws the same."""
+        from .masks import draw
+        return draw(self.abi.masks, self.cfg, self.cfg.seed, self.epoch, self.batch)
+
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
         nP, nO, nE = len(self.P), len(self.O), len(self.E)
-        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp)
+        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp, *self.step_masks())
         # results are device arrays: feed them straight back, no host copy
         self.P, self.O, self.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
         self.S = out[nP + nO + nE:-2]
@@ -492,7 +585,7 @@ class Trainer:
         k = self.abi.accum
         hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
         nP, nS = len(self.P), len(self.S)
-        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp)
+        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp, *self.step_masks())
         self.G, self.S = out[:nP], out[nP:nP + nS]
         if self.step % k == 0:
             nO, nE = len(self.O), len(self.E)
@@ -519,6 +612,8 @@ class Trainer:
                                    TimeRemainingColumn)
         cfg, net = self.cfg, self.net
         step_fn = self._micro_step if self.abi.accum > 1 else self._fused_step
+        if cfg.fp8.value != "off":
+            step_fn = self._fp8_step
         console = self.console
         while self.step < self.stop_at and self.epoch < cfg.epochs:
             e = self.epoch
@@ -546,7 +641,9 @@ class Trainer:
                     for x, y in it:
                         self.step += 1
                         lr = self.lr_at(self.step)
-                        loss_d, corr_d = step_fn(x, y, lr)
+                        loss_d, corr_d = step_fn(self.noised(x), y, lr)
+                        if self.caps and self.step % cfg.spectral_every == 0:
+                            self.project()
                         self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))
                         self.batch += 1
                         steps_epoch += 1
@@ -575,11 +672,13 @@ class Trainer:
             self.epoch, self.batch = e + 1, 0
             mean = self.ep_loss / max(self.ep_n, 1)
             acc = self.ep_correct / max(self.ep_n * net.batch, 1)
+            # a regression loss counts nothing (Loss.counts_correct): no accuracy to report
+            counts = self.abi.loss.counts_correct
             ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
-            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc,
+            self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc if counts else None,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))
-            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, train acc {100 * acc:.2f}%, "
+            line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, " + (f"train acc {100 * acc:.2f}%, " if counts else "") +
                     f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
@@ -602,10 +701,12 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
-                        region: str = "auto") -> EvalResult:
+                        region: str = "auto", recalibrate: int = 0) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
-    run's final eval), or auto — the weights the run's own eval scored at that checkpoint."""
+    run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
+    recalibrate N > 0: the BN statistics re-estimated from N training batches first
+    (lmc/trust/recalibrate.py)."""
     from .checkpoint import load_region, read_tensors
     from .compile import compile_module, resolve_backend
     from .evaluate import evaluate_swag
@@ -613,10 +714,18 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     from .runtime import Module
     if region not in EVAL_REGIONS:
         raise TrainError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
+    if recalibrate:
+        if recalibrate < 0:
+            raise TrainError(f"--recalibrate must be at least 1 batch, got {recalibrate}")
+        if not net.state:
+            raise TrainError("--recalibrate: the net has no BN running statistics to re-estimate")
+        if net.spec.train is None:
+            raise TrainError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
     got = load_init(Path(init), net)
-    if net.state and got.state is None:
+    if net.state and got.state is None and not recalibrate:
         raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
-                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
+                         hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them, "
+                              "or re-estimate them with --recalibrate N (N training batches)")
     tensors, meta = read_tensors(Path(init)) if Path(init).suffix == ".npz" else (None, None)
     if region == "auto":
         region = (meta or {}).get("eval_region", "live")
@@ -646,11 +755,23 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({got.what}; {region} weights)")
     mod = Module(c.path, b)
-    S = [mod.upload(a) for a in (got.state or [])]
+    if recalibrate:
+        from .trust.recalibrate import recalibrate_bn
+        if text is None:
+            raise TrainError("--recalibrate needs the spec's train step, which does not lower for this recipe")
+        S = recalibrate_bn(mod, net, got.params, recalibrate, ds, log)
+    else:
+        S = [mod.upload(a) for a in (got.state or [])]
     args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
     if region == "swag":
         cfg = net.spec.train
         return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args)
+    try:                                   # the recipe's loss decides how float targets are scored
+        from .lower import abi
+        eloss = abi(net).loss if net.spec.train is not None else None
+    except LmcError:
+        eloss = None
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss),
+                 loss=eloss)
     r.region = region
     return r

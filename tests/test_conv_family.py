@@ -112,13 +112,13 @@ def test_stochastic_depth_sites_exist_only_with_drop_path():
     # MobileNetV3 has no stochastic depth); no site, no extra argument, without drop_path
     from lmc.lower import lower
     on, off = _drop_path_net(0.2), _drop_path_net(0.0)
-    assert [n for n, _ in on.graph.keep] == ["01.residual_block.keep0", "02.mb_conv.keep1", "02.mb_conv.keep2",
-                                             "03.fused_mb_conv.keep3"]
-    assert off.graph.keep == []
+    assert [(m.kind, m.layer) for m in on.graph.masks] == [("drop_path", 1), ("drop_path", 2), ("drop_path", 2),
+                                                           ("drop_path", 3)]
+    assert off.graph.masks == []
     text = lower(on, "all")
-    assert "%k3: tensor<2x1x1x1xf32>" in text.split("func.func @train_step")[1].split("\n")[0]
-    assert "%k0 = stablehlo.constant dense<1.0> : tensor<2x1x1x1xf32>" in text.split("func.func @forward")[1]
-    assert lower(off, "all").count("%k0") == 0
+    assert "%m3: tensor<2x1x1x1xf32>" in text.split("func.func @train_step")[1].split("\n")[0]
+    assert "%ones_m0 = stablehlo.constant dense<1.0> : tensor<2x1x1x1xf32>" in text.split("func.func @forward")[1]
+    assert "%m0: " not in lower(off, "all") and "%ones_m0" not in lower(off, "all")
 
 
 @pytest.mark.iree
@@ -140,10 +140,10 @@ def test_all_ones_keep_masks_are_the_identity():
     mods = {id(n): Module(compile_module(lower(n, "train_step")).path, driver="local-sync") for n in (on, off)}
 
     def step(net, *keep):
-        out = mods[id(net)].train_step(*P, *a.initial_opt(), *S, x, *keep, y, hp)
+        out = mods[id(net)].train_step(*P, *a.initial_opt(), *S, x, y, hp, *keep)
         return [np.asarray(r).copy() for r in out]
 
-    ones = [np.ones((2, 1, 1, 1), np.float32)] * len(on.graph.keep)
+    ones = [np.ones((2, 1, 1, 1), np.float32)] * len(on.graph.masks)
     want = step(off)
     got = step(on, *ones)
     assert len(got) == len(want)

@@ -16,6 +16,10 @@ from lmc.infer import infer
 from lmc.spec import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
+# digits_vit: patch conv 4·64 + 64, class token 64, positions 17·64; per block 4·(64² + 64)
+# attention + (64·128 + 128) + (128·64 + 64) MLP + 2·2·64 LN; final LN 2·64; head 64·10 + 10
+DIGITS_VIT = 4 * 64 + 64 + 64 + 17 * 64 + 4 * (4 * (64 * 64 + 64) + 64 * 128 + 128 + 128 * 64 + 64 + 4 * 64) \
+    + 2 * 64 + 64 * 10 + 10
 ALL = sorted(p.stem for p in SPECS.glob("*.yaml"))
 
 # spec: (parameters, tensors or None, BN layers or None, BN running-stat floats or None)
@@ -45,6 +49,12 @@ PUBLISHED = {
     # timm mobilenetv4_conv_small(num_classes=10) is 2,505,834; its post-pooling 1×1 960 → 1280
     # has BN (γ, β: 2,560) where this spec's dense has a bias (1,280): 2,505,834 − 1,280.
     "mobilenet_v4_conv_s": (2_504_554, None, None, None),
+    # torchvision swin_t(num_classes=10): 28,288,354 − 769,000 + 7,690 = 27,527,044, plus the
+    # Lean kit's bias on each patch-merging reduction (192 + 384 + 768; torchvision has none).
+    "swin_tiny": (27_528_388, None, 0, 0),
+    # timm mobilevit_xxs: 1,272,024 with the 1000-class head → 954,234 with 10; the spec's
+    # MobileViT blocks batch-norm their 1×1 projection into the transformer: + 2·(64 + 80 + 96).
+    "mobilevit_xxs": (954_714, None, None, None),
     # timm vit_tiny_patch16_224(num_classes=10); layers.md §6: 200 tensors, no BN.
     "vit_tiny": (5_526_346, 200, 0, 0),
     # torchvision convnext_tiny(num_classes=10): patchify stem with bias + LayerNorm and a
@@ -102,6 +112,9 @@ def test_spec_validates(stem):
     assert net.total_params > 0
     assert all(d > 0 for d in net.output.type.dims)
     spec = net.spec
+    if getattr(spec.layers[-1].layer, "train_refusal", None):      # detr_small: inference only, for now
+        assert spec.train is None
+        return
     assert spec.train is not None and spec.dataset is not None, "every reference spec has a recipe and a dataset"
 
 
@@ -114,7 +127,8 @@ def test_every_reference_net_is_present():
 
 
 # the nets whose head is not a 10-class classifier's (segmenters: per-pixel logits; the detector)
-NOT_CLASSIFIERS = {"unet", "tiny_gpt", "deeplabv3_resnet18", "resnet18_fpn_detect"}
+NOT_CLASSIFIERS = {"unet", "tiny_gpt", "detr_small", "deeplabv3_resnet18", "resnet18_fpn_detect", "digits_seg_fcn",
+                   "denoise_digits", "unet_digits", "yolo_digits"}
 
 
 @pytest.mark.parametrize("stem", sorted(PUBLISHED))
@@ -145,7 +159,14 @@ def test_segmentation_and_language_model_outputs():
     assert _validate("deeplabv3_resnet18").output.type.dims == (16, 3, 224, 224)
     assert _validate("resnet18_fpn_detect").output.type.dims == (16, 315 * 3 * 7 ** 2)   # flat P3‖P4‖P5
     gpt = _validate("tiny_gpt")
-    assert gpt.output.type.dims == (64, 65, 64, 1)           # [B, vocab, seq, 1] for per-pixel CE
+    assert gpt.output.type.dims == (32, 256, 64, 1)          # [B, vocab (bytes), seq, 1] for per-pixel CE
+    # 256·128 + 64·128 embeddings, 4 blocks of 12·128² + 13·128 (attention, MLP 512, LNs),
+    # final LN, head 128·256 + 256
+    assert gpt.total_params == 867_328
+    detr = _validate("detr_small")                            # 100 queries × (91 + 1 classes, 4 box)
+    assert detr.output.type.dims == (1, 100, 96) and detr.total_params == 28_853_152
+    vit = _validate("digits_vit")
+    assert vit.output.type.dims == (64, 10) and vit.total_params == DIGITS_VIT
 
 
 @pytest.mark.parametrize("stem", ["mnist_linear", "mnist_mlp", "mnist_cnn", "cifar_cnn", "cifar_cnn_bn",

@@ -214,7 +214,8 @@ def test_dataset_forms_and_errors():
     assert (s.dataset, s.dataset_path) == (DatasetKind.npz, "data/x.npz")
     assert load(MLP + "dataset: petsDet\n").dataset == DatasetKind.pets_det
     assert {d.value for d in DatasetKind} == {"mnist", "cifar10", "imagenette", "pets", "imagenet", "pets_det",
-                                              "brats", "brats224", "digits", "npz", "synthetic"}
+                                              "brats", "brats224", "digits", "npz", "synthetic",
+                                                  "digits_seg", "digits_denoise", "digits_det", "text"}
     e = error(MLP + "dataset: cifar\n")
     assert e.message.startswith("dataset: expected one of mnist, cifar10, ")
     assert e.loc.line == 5
@@ -495,9 +496,10 @@ def cfg(**kw):
 
 
 def test_train_config_has_the_seeds_78_fields():
-    assert len(_FIELDS) == 78 and len(TRAIN_FIELDS) == 78
+    from lmc.config import _LMC_FIELDS
+    assert len(_FIELDS) == 78 and len(TRAIN_FIELDS) == 78 + len(_LMC_FIELDS)
     import dataclasses
-    assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS]
+    assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS + _LMC_FIELDS]
 
 
 def test_train_defaults_match_defaults_md():
@@ -613,7 +615,14 @@ def test_swag_requires_swa():
 def test_other_rules():
     assert rule_errors("  use_muon: true\n  use_shampoo: true\n") == [(6, "use_muon and use_shampoo are exclusive")]
     assert rule_errors("  bf16_conv: true\n") == [(5, "bf16_conv is only meaningful with bf16: true")]
-    assert rule_errors("  warmup_epochs: 11\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
+    assert rule_errors("  warmup_epochs: 11\n  cosine_decay: true\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
+    assert rule_errors("  warmup_epochs: 2\n") == [
+        (5, "warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)")]
+    # an optimizer field the chosen optimizer does not read
+    assert rule_errors("  use_adam: true\n  momentum: 0.9\n") == [
+        (6, "momentum is read by muon, rmsprop, sgd, not by the optimizer adam (use_adam)")]
+    assert rule_errors("  momentum: 0.9\n  optimizer: rmsprop\n  rmsprop_eps: 0.01\n") == []
     assert rule_errors("  use_yolov1: true\n  loss_kind: bce\n") == [(6, "use_yolov1 conflicts with loss_kind bce")]
     assert rule_errors("  use_yolov1: true\n  use_cutmix: true\n") == [
         (5, "yolov1_masked (use_yolov1) cannot be combined with mixup/cutmix/knn-mixup")]
@@ -815,7 +824,8 @@ def test_docs_describe_every_train_field():
         if len(cells) == 4 and cells[0].startswith("`") and cells[0].strip("`") in TRAIN_FIELDS:
             rows[cells[0].strip("`")] = cells
     assert sorted(rows) == sorted(TRAIN_FIELDS), set(TRAIN_FIELDS) ^ set(rows)
-    for name, t, d in _FIELDS:
+    from lmc.config import _LMC_FIELDS
+    for name, t, d in _FIELDS + _LMC_FIELDS:
         _, typ, default, meaning = rows[name]
         assert typ == doc_type(name, t), name
         assert default.strip("`") == doc_default(d), name
@@ -823,7 +833,7 @@ def test_docs_describe_every_train_field():
     # and the table lists them in TrainConfig's order
     order = [l.split("|")[1].strip().strip("`") for l in doc.splitlines()
              if l.startswith("| `") and l.split("|")[1].strip().strip("`") in TRAIN_FIELDS]
-    assert order == [n for n, _, _ in _FIELDS]
+    assert order == [n for n, _, _ in _FIELDS + _LMC_FIELDS]
 
 
 def test_probabilities_may_be_one_but_decays_may_not():

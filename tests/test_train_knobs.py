@@ -25,6 +25,7 @@ KNOBS = {
              "train.swag_samples=4"],
     "accum": ["train.grad_accum_steps=3"],
     "mixup_ls": ["train.use_mixup=true", "train.label_smoothing=0.1"],
+    "dropout": ["train.dropout=0.3"],
     "knn_mixup": ["train.use_knn_mixup=true", "train.knn_mixup_alpha=0.4"],
     "clip_head_rmsprop": ["train.grad_clip_norm=1.0", "train.head_lr_mult=3", "train.optimizer=rmsprop",
                           "train.use_adam=false", "train.momentum=0.9", "train.learning_rate=0.001"],
@@ -109,3 +110,69 @@ def test_eval_region_picks_the_weights(tmp_path):
     assert r.exit_code == 2 and "has no swa weights" in r.output
     r = CliRunner().invoke(app, ["eval", str(MLP), "--init", str(run / "last.npz"), "--region", "best"])
     assert r.exit_code == 2 and "--region 'best': expected one of auto, live, ema, swa, swag" in r.output
+
+
+def _events(logdir):
+    """(tag, step, value) of every scalar in the TFRecord event files under logdir, read with
+    the Event protobuf (records: u64 length, u32 crc, payload, u32 crc)."""
+    import struct
+    from tensorboardX.proto.event_pb2 import Event
+    out, purges = [], []
+    for f in sorted(Path(logdir).glob("events.out.tfevents.*")):
+        raw = f.read_bytes()
+        i = 0
+        while i < len(raw):
+            (n,) = struct.unpack("<Q", raw[i:i + 8])
+            ev = Event.FromString(raw[i + 12:i + 12 + n])
+            i += 12 + n + 4
+            if ev.HasField("file_version") and ev.step:
+                purges.append(ev.step)
+            for v in ev.summary.value:
+                out.append((v.tag, ev.step, v.simple_value))
+    return out, purges
+
+
+def test_tensorboard_mirrors_the_metrics(tmp_path):
+    pytest.importorskip("tensorboardX")
+    run, tb = tmp_path / "r", tmp_path / "tb"
+    code, out = lmc("train", MLP, "--epochs", 2, "--out", run, "--tensorboard", tb, "--log-every", 5)
+    assert code == 0, out
+    scalars, _ = _events(tb)
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in recs if r["kind"] == "step"]
+    tb_loss = [(s, v) for t, s, v in scalars if t == "train/loss"]
+    assert [s for s, _ in tb_loss] == [r["step"] for r in steps]
+    np.testing.assert_allclose([v for _, v in tb_loss], [r["loss"] for r in steps], rtol=1e-6)
+    ev = [r for r in recs if r["kind"] == "eval"][-1]
+    assert ("eval/top1", ev["step"], pytest.approx(ev["top1"])) in [(t, s, v) for t, s, v in scalars]
+    assert {t for t, _, _ in scalars} >= {"train/lr", "train/acc", "train/images_per_s", "epoch/loss", "eval/top1_lo"}
+    # a resumed run purges what was logged after its checkpoint (TensorBoard drops those events)
+    code, out = lmc("train", MLP, "--epochs", 3, "--out", run, "--resume", "--tensorboard", tb)
+    assert code == 0, out
+    _, purges = _events(tb)
+    assert purges == [json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["steps_per_epoch"] * 2 + 1]
+
+
+DEIT = MLP.parent / "digits_resnet_deit.yaml"
+
+
+def test_deit_recipe_resumes_bit_exactly(tmp_path):
+    """The whole data recipe on (mixing, RandAugment, erasing, repeated aug, EMA, smoothing):
+    a run killed mid-epoch and resumed ends bit-identical to the uninterrupted one."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", full)
+    assert code == 0, out
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--steps", 31)
+    assert code == 0, out
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--resume")
+    assert code == 0, out
+    a, _ = _ckpt(full / "last.npz")
+    b, _ = _ckpt(part / "last.npz")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_deit_recipe_reaches_98_percent(tmp_path):
+    code, out = lmc("train", DEIT, "--out", tmp_path / "r")
+    assert code == 0, out
+    assert _evals(tmp_path / "r")[-1]["top1"] >= 0.98

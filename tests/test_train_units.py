@@ -18,7 +18,7 @@ from lmc.errors import TrainError
 from lmc.evaluate import count_correct, wilson95
 from lmc.graph import Param
 from lmc.infer import infer
-from lmc.init import init_tensors
+from lmc.init import apply_head_prior, init_tensors
 from lmc.schedule import learning_rate
 from lmc.spec import load_spec
 from lmc.types import TensorType
@@ -54,6 +54,23 @@ def test_init_same_seed_is_bit_identical_and_another_seed_differs():
     drawn = [i for i, p in enumerate(net.params) if p.init in ("he", "glorot")]
     assert all(not np.array_equal(p1[i], p3[i]) for i in drawn)
     assert [a.shape for a in p1] == [p.type.dims for p in net.params]
+
+
+def test_head_prior_bias_sets_the_head_bias_to_log_prior():
+    net = net_of()
+    params, _ = init_tensors(net, 0)
+    before = [a.copy() for a in params]
+    nc = net.params[-1].type.dims[0]
+    prior = tuple(np.linspace(1, 2, nc) / np.linspace(1, 2, nc).sum())
+    assert apply_head_prior(params, net, TrainConfig(learning_rate=0.1, batch_size=2, epochs=1,
+                                                      head_prior_bias=prior)) == [f"head prior: {net.params[-1].name} = log π"]
+    np.testing.assert_allclose(params[-1], np.log(prior), rtol=1e-6)
+    assert all(np.array_equal(a, b) for a, b in zip(params[:-1], before[:-1]))
+    with pytest.raises(TrainError, match=r"priors must be > 0"):
+        apply_head_prior(params, net, TrainConfig(learning_rate=0.1, batch_size=2, epochs=1,
+                                                  head_prior_bias=(0.0,) + prior[1:]))
+    with pytest.raises(TrainError, match=r"3 values, but the net's last parameter is"):
+        apply_head_prior(params, net, TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, head_prior_bias=(0.5,) * 3))
 
 
 def test_init_rules_he_fan_out_glorot_bn_constants():

@@ -5,29 +5,35 @@
     for xb, yb in batches.epoch(0): ...
     for xb, yb, n_valid in eval_batches(ds.x_val, ds.y_val, 128): ...
 
-Kinds: mnist (IDX files), cifar10 (binary batches), imagenette (class-per-folder images),
+Kinds: mnist (IDX files), cifar10 (binary batches), imagenette and imagenet (class-per-folder images; streamed when large),
 npz (one .npz file), synthetic (drawn from the seed), digits (scikit-learn's embedded 8x8
-digits, the default: never downloads).  One module per kind; pure numpy + Pillow.
+digits, the default: never downloads), text (a UTF-8 file as byte windows for a language
+model; without a path the embedded corpus of standard-library sources).  One module per kind; pure numpy + Pillow.
 """
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
 
-from lmc.data import cifar10, digits, imagenette, mnist, npz, synthetic
+import numpy as np
+
+from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, seg_bins, synthetic, text
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
 from lmc.errors import DataError
 
-__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED"]
+__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
 
-KINDS = ("mnist", "cifar10", "imagenette", "npz", "synthetic", "digits")
+KINDS = ("mnist", "cifar10", "imagenette", "imagenet", "npz", "synthetic", "digits", "digits_seg", "digits_denoise",
+         "digits_det", "pets", "brats", "brats224", "pets_det", "text")
+# Kinds built in memory, needing no files (digits_seg/digits_denoise/digits_det: lmc/data/digits_seg.py).
+EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "digits_det", "text")   # text: the embedded corpus
 # Kinds the reference knows (training.md §4) that lmc does not load yet.
-UNSUPPORTED = ("pets", "imagenet", "pets_det", "brats", "brats224")
+UNSUPPORTED = ()
 
 
 def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
-                 num_classes: int | None, *, seed: int = 0, **options) -> Dataset:
+                 num_classes: int | None, *, seed: int = 0, stream: bool | None = None, **options) -> Dataset:
     """Load dataset `kind` from `path` and fit it to the spec.
 
     input_shape: the spec's per-example shape, e.g. (1, 28, 28), (784,), (1, 8, 8) or (64,);
@@ -35,21 +41,26 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     num_classes: the spec head's class count (None: take the dataset's); a label outside
     [0, num_classes) is a DataError naming the file and the label.
     seed: drives the synthetic data only (the fixed splits of digits/npz never depend on it).
+    stream: image folders (imagenette, imagenet) decoded per batch instead of held in RAM —
+    True, False, or None: imagenet always, imagenette above imagenette.STREAM_ABOVE bytes.
     options: extra keyword arguments for the loader (synthetic: n_train, n_val, signal).
     """
     input_shape = tuple(int(d) for d in input_shape)
-    ds = _load(kind, path, input_shape, num_classes, seed, options)
+    if stream and kind not in ("imagenette", "imagenet"):
+        raise DataError(f"--stream reads image folders (imagenette, imagenet), not {kind}")
+    ds = _load(kind, path, input_shape, num_classes, seed, options, stream)
     if ds.train_crop is None:
         ds.x_train = fit_shape(ds.x_train, input_shape, ds.source("x_train"))
     ds.x_val = fit_shape(ds.x_val, input_shape, ds.source("x_val"))
-    check_labels(ds.y_train, num_classes, ds.source("y_train"))
-    check_labels(ds.y_val, num_classes, ds.source("y_val"))
+    if np.issubdtype(ds.y_train.dtype, np.integer):       # class ids (per example or pixel)
+        check_labels(ds.y_train, num_classes, ds.source("y_train"))
+        check_labels(ds.y_val, num_classes, ds.source("y_val"))
     if num_classes is not None:
         ds.num_classes = num_classes
     return ds
 
 
-def _load(kind, path, input_shape, num_classes, seed, options) -> Dataset:
+def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> Dataset:
     if kind in UNSUPPORTED:
         raise DataError(f"dataset kind {kind} is not supported yet "
                         f"(supported: {', '.join(KINDS)})")
@@ -65,11 +76,22 @@ def _load(kind, path, input_shape, num_classes, seed, options) -> Dataset:
         raise DataError(f"dataset kind {kind} takes no options (got {', '.join(sorted(options))})")
     if kind == "digits":
         return digits.load()
+    if kind == "digits_seg":
+        return digits_seg.load_seg()
+    if kind == "digits_denoise":
+        return digits_seg.load_denoise()
+    if kind == "digits_det":
+        return digits_seg.load_det()
+    if kind == "text":           # a path, or the embedded corpus without one
+        return text.load(Path(path).expanduser() if path is not None else None, input_shape)
     if path is None:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "
                              f"lmc never downloads data (`dataset: digits` and `dataset: synthetic` need no files)")
     path = Path(path).expanduser()
-    if kind == "imagenette":
-        return imagenette.load(path, input_shape)
+    if kind in ("pets", "brats", "brats224", "pets_det"):
+        return seg_bins.load(kind, path)
+    if kind in ("imagenette", "imagenet"):
+        # imagenet (1.28 M images, ~938 GiB as f32 at 224²) cannot be preloaded: it always streams
+        return imagenette.load(path, input_shape, True if kind == "imagenet" else stream, kind)
     return {"mnist": mnist.load, "cifar10": cifar10.load, "npz": npz.load}[kind](path)

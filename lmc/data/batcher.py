@@ -220,5 +220,5 @@ def eval_batches(x: np.ndarray, y: np.ndarray, batch_size: int
         n = len(xb)
         if n < batch_size:
             xb = np.concatenate([xb, np.zeros((batch_size - n, *x.shape[1:]), dtype=x.dtype)])
-            yb = np.concatenate([yb, np.zeros(batch_size - n, dtype=y.dtype)])
+            yb = np.concatenate([yb, np.zeros((batch_size - n, *y.shape[1:]), dtype=y.dtype)])
         yield xb, yb, n

@@ -36,6 +36,9 @@ class Dataset:
     std: tuple[float, ...] | None = None
     train_crop: tuple[int, int] | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    # what y holds (a lmc.losses label format): "class ids" [N], "mask" [N, H, W] int,
+    # "float" targets [N, ...], "boxes" (YOLO targets); evaluation scores by it
+    label_format: str = "class ids"
 
     def source(self, array: str) -> str:
         """The file an array ('x_train', 'y_val', ...) was read from, for error messages."""

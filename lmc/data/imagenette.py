@@ -2,11 +2,18 @@
 
 Reads DIR/train/<class>/*.{JPEG,jpg,jpeg,png} and DIR/val/<class>/..., classes numbered in
 sorted folder order (for imagenette2-320: n01440764 tench -> 0 ... n03888257 parachute -> 9).
+The same loader reads `imagenet` (the standard train/<wnid>/*.JPEG, val/<wnid>/*.JPEG tree).
 Like the reference's preprocess_imagenette.py every image is squashed (aspect ratio not kept)
 with PIL bilinear: val straight to the spec's H x W, train to round(H*256/224) x round(W*256/224)
 so the Batcher can crop H x W out of it (random when augmenting, centred otherwise) — the
 reference's 256 -> 224 crop at any input size.  Pixels are normalized with the ImageNet
 mean/std: (x/255 - mean_c) / std_c.
+
+Streaming (`stream=True`, always for imagenet, and automatically when the decoded float32
+images would take more than STREAM_ABOVE bytes of RAM): x_train / x_val are `Images`, array-
+likes that decode the rows asked for on each access (in threads: PIL releases the GIL while
+decoding and resizing), so memory holds a few batches (the Batcher's prefetch queue) instead of
+the dataset; every epoch reads the files again.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from PIL import Image, UnidentifiedImageError
 from lmc.data.dataset import Dataset, fetch_hint
 from lmc.errors import DataError
 
+STREAM_ABOVE = 4 << 30     # bytes of decoded float32 images above which the loader streams
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 EXTENSIONS = {".jpeg", ".jpg", ".png"}
@@ -68,17 +76,52 @@ def read_image(path: Path, size: tuple[int, int]) -> np.ndarray:
         raise DataError(f"{path}: cannot read image ({e})") from None
 
 
-def read_images(paths: list[Path], size: tuple[int, int]) -> np.ndarray:
+def read_images(paths: list[Path], size: tuple[int, int], pool: ThreadPoolExecutor | None = None) -> np.ndarray:
     """Decode in threads (PIL releases the GIL while decoding and resizing), then normalize."""
     out = np.empty((len(paths), 3, *size), dtype=np.uint8)
 
     def fill(i: int) -> None:
         out[i] = read_image(paths[i], size)
 
-    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+    if pool is not None:
         for _ in pool.map(fill, range(len(paths))):   # consuming re-raises a worker's DataError
             pass
-    return normalize(out)
+        return normalize(out)
+    with ThreadPoolExecutor(max_workers=_workers()) as own:
+        return read_images(paths, size, own)
+
+
+def _workers() -> int:
+    return min(16, os.cpu_count() or 1)
+
+
+class Images:
+    """[N, 3, h, w] float32 images decoded from their files on each access (streaming): rows by
+    an index array or a slice, as numpy indexes; nothing is kept between accesses."""
+    ndim = 4
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, paths: list[Path], size: tuple[int, int]):
+        self.paths, self.size = list(paths), tuple(size)
+        self.shape = (len(self.paths), 3, *self.size)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            rows = range(*idx.indices(len(self)))
+        elif np.ndim(idx) == 0:
+            return self[np.asarray([idx])][0]
+        else:
+            rows = np.asarray(idx).ravel().tolist()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="lmc-decode")
+        return read_images([self.paths[i] for i in rows], self.size, self._pool)
+
+    def __getstate__(self):          # picklable (no pool)
+        return {"paths": self.paths, "size": self.size, "shape": self.shape, "_pool": None}
 
 
 def normalize(images: np.ndarray) -> np.ndarray:
@@ -91,19 +134,25 @@ def normalize(images: np.ndarray) -> np.ndarray:
     return x
 
 
-def load(path: Path, input_shape: tuple[int, ...]) -> Dataset:
+def load(path: Path, input_shape: tuple[int, ...], stream: bool | None = None, kind: str = "imagenette") -> Dataset:
+    """stream: True/False, or None for automatic (above STREAM_ABOVE bytes decoded)."""
     if len(input_shape) != 3 or input_shape[0] != 3:
-        raise DataError(f"{path}: imagenette gives RGB images [3, H, W] but the spec's input is "
+        raise DataError(f"{path}: {kind} gives RGB images [3, H, W] but the spec's input is "
                         f"{tuple(input_shape)}", hint="give the spec an input of shape [3, H, W]")
     if not path.is_dir():
         raise DataError(f"no such directory: {path}, {EXPECTED}", hint=HINT)
     h, w = int(input_shape[1]), int(input_shape[2])
     train_paths, y_train, classes = list_images(path / "train", None)
     val_paths, y_val, _ = list_images(path / "val", classes)
-    x_train = read_images(train_paths, train_size(h, w))
-    x_val = read_images(val_paths, (h, w))
+    th, tw = train_size(h, w)
+    if stream is None:
+        stream = 4 * 3 * (len(train_paths) * th * tw + len(val_paths) * h * w) > STREAM_ABOVE
+    if stream:
+        x_train, x_val = Images(train_paths, (th, tw)), Images(val_paths, (h, w))
+    else:
+        x_train, x_val = read_images(train_paths, (th, tw)), read_images(val_paths, (h, w))
     sources = {"x_train": str(path / "train"), "y_train": str(path / "train"),
                "x_val": str(path / "val"), "y_val": str(path / "val")}
-    return Dataset("imagenette", x_train, np.asarray(y_train, dtype=np.int32),
+    return Dataset(kind, x_train, np.asarray(y_train, dtype=np.int32),
                    x_val, np.asarray(y_val, dtype=np.int32), num_classes=len(classes),
                    mean=MEAN, std=STD, train_crop=(h, w), sources=sources)

@@ -1,7 +1,7 @@
 """Shared building blocks for layers: padding conventions and the conv → BN → act unit."""
 from __future__ import annotations
 
-from ..errors import ShapeError
+from ..errors import NotImplementedKind, ShapeError
 from ..prims import same_pad
 
 
@@ -25,6 +25,17 @@ def check_channels(x, ic: int, what: str = "ic"):
         raise ShapeError(f"{what}={ic} but the incoming tensor has {c} channels ({x.type.shape_str()})")
 
 
+def drop_path(g, branch, net):
+    """A stochastic-depth site: the residual branch times a per-example keep mask [B, 1, …]
+    drawn by the host (0 or 1/keep; the rate ramps linearly over the net's sites, lmc/masks.py).
+    Without train.drop_path the branch is returned as is; in eval the mask is all ones."""
+    cfg = getattr(net, "train", None)
+    if cfg is None or not cfg.drop_path:
+        return branch
+    t = branch.type
+    return g.op("mul", branch, g.mask("drop_path", (t.dims[0],) + (1,) * (t.rank - 1)), flops=0)
+
+
 def act(g, x, kind):
     kind = kind.value if hasattr(kind, "value") else kind
     if kind == "identity":
@@ -44,17 +55,6 @@ def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False, bias_flops=
         b = g.param(f"{name}bias", (oc,), "zeros")
         y = g.op("bias", y, params=[b], flops=bias_flops)
     return y
-
-
-def drop_path(g, h, net):
-    """A stochastic-depth site on a residual branch h: h · keep[b] with keep the host's
-    per-example mask [B, 1, 1, 1] (Graph.keep_mask; 0 or 1/keep_prob) — only when the recipe's
-    drop_path > 0, else h itself (no site, no extra train-step argument).  An all-ones mask is
-    the exact identity (× 1.0)."""
-    cfg = getattr(net, "train", None)
-    if cfg is None or not cfg.drop_path:
-        return h
-    return g.op("mul", h, g.keep_mask(h.type.dims[0]), flops=0)
 
 
 def bn(g, x, name, flops=None):
@@ -96,17 +96,29 @@ def heads_split(g, x, heads):
     return g.op("transpose", g.op("reshape", x, dims=(b, n, heads, d // heads)), perm=(0, 2, 1, 3))
 
 
-def attention(g, q, k, v, heads, causal=False, rope=False, bias=None):
+# keys per block of the flash_attn form: each block's scores are [Nq, FLASH_BLOCK] per head
+FLASH_BLOCK = 128
+
+
+def attention(g, q, k, v, heads, causal=False, rope=False, bias=None, flash=False):
     """Multi-head scaled dot-product attention: q [B, Nq, D], k, v [B, Nk, D] → [B, Nq, D];
     heads of D/heads, softmax(q·kᵀ/√dh (+ bias)) · v, optionally causal and with rotary q, k.
     `bias` [.., heads, Nq, Nk] is added to the scores of each trailing group of batches (Swin's
-    windows).  FLOPs 4·B·Nq·Nk·D + 5·B·Nq·Nk (the seed's count: the softmax per query-key
+    windows).  flash: the fused `flash_attn` primitive (keys in blocks, online softmax, no
+    [Nq, Nk] probabilities kept for the backward) — the same function.
+    FLOPs 4·B·Nq·Nk·D + 5·B·Nq·Nk (the seed's count: the softmax per query-key
     pair, not per head; the rotation and the bias not counted)."""
     b, nq, d = q.type.dims
     nk = k.type.dims[1]
     qh, kh, vh = (heads_split(g, t, heads) for t in (q, k, v))
     if rope:
         qh, kh = g.op("rope", qh, flops=0), g.op("rope", kh, flops=0)
+    if flash:
+        if bias is not None:
+            raise NotImplementedKind("not implemented yet: flash_attn with an additive attention bias (Swin)")
+        o = g.op("flash_attn", qh, kh, vh, scale=1.0 / (d // heads) ** 0.5, causal=causal, block=FLASH_BLOCK,
+                 flops=4 * b * nq * nk * d + 5 * b * nq * nk)
+        return g.op("reshape", g.op("transpose", o, perm=(0, 2, 1, 3)), dims=(b, nq, d))
     s = g.op("matmul", qh, g.op("transpose", kh, perm=(0, 1, 3, 2)))
     if bias is not None:
         dims = s.type.dims

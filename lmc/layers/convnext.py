@@ -1,6 +1,5 @@
 """ConvNeXt kinds: conv_next_stem, conv_next_stage, conv_next_downsample, built from
-primitives; the channel LayerNorm and the LayerScale multiply are declared (no template yet),
-so `norm: ln` blocks and every stage do not lower yet.  `norm: ln` is a
+primitives (conv, bias, layer_norm over channels or batch_norm, act, scale).  `norm: ln` is a
 LayerNorm over the channels at every pixel (ε = 1e-5); `norm: bn` a batch norm."""
 from dataclasses import dataclass
 from typing import ClassVar
@@ -9,7 +8,7 @@ from ..errors import ShapeError
 from ..fields import Activation, Normalization
 from ..types import TensorType
 from . import Layer, register
-from ._common import conv, ln, norm
+from ._common import conv, drop_path, ln, norm
 from ._shape import image
 
 
@@ -61,7 +60,7 @@ class ConvNextStage(Layer):
                 h = g.op("act", h, kind=self.act.value, flops=8 * h.type.size)
             h = conv(g, h, f"{i}.pw2.", 4 * c, c, 1, 1, "valid", bias=True, bias_flops=0)
             h = g.op("scale", h, params=[g.param(f"{i}.layer_scale", (c,), "constant", std=1e-6)])
-            x = g.op("add", h, x)
+            x = g.op("add", drop_path(g, h, net), x)
         return x
 
 

@@ -1,6 +1,5 @@
 """DETR kinds (spec-only in the reference): transformer_decoder and detr_heads, built from
-primitives, some declared (layer_norm, matmul, softmax, transpose, broadcast, concat), so they
-do not lower yet."""
+primitives (layer_norm, linear, matmul, softmax, transpose, broadcast, concat)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -57,6 +56,9 @@ class DetrHeads(Layer):
     dim: int
     n_classes: int
     examples: ClassVar = [(dict(dim=8, n_classes=3), TensorType((2, 5, 8)))]
+    # as a net's output the heads need DETR's loss (Hungarian matching + CE + L1 + GIoU), which
+    # belongs to the loss registry; a per-query stand-in would train something else, so refused
+    train_refusal: ClassVar = "training detr_heads as the net's output needs DETR's set-matching loss"
 
     def build(self, g, x, net):
         b, q, d = tokens(x.type, self.dim)

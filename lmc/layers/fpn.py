@@ -109,8 +109,8 @@ class FpnDetect(Layer):
     a: int
     tower: int
     zero_ok: ClassVar = frozenset({"tower"})
-    examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=1, a=1, tower=1), TensorType((2, 5, 1, 1))),
-                          (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((1, 4, 1, 1)))]
+    examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), TensorType((2, 5, 2, 2))),
+                          (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((2, 4, 1, 1)))]
 
     @classmethod
     def net_before(cls, fields, x):

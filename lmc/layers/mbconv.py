@@ -35,8 +35,8 @@ def _unit(g, x, name, ic, oc, k, stride, activation, groups=1):
 
 
 def _join(g, h, x, residual: bool, net):
-    """+ input when the block keeps its shape (the seed does not count the add); the branch is
-    a stochastic-depth site (drop_path)."""
+    """+ input when the block keeps its shape (the seed does not count the add); the branch is a
+    stochastic-depth site."""
     return g.op("add", drop_path(g, h, net), x, flops=0) if residual else h
 
 

@@ -1,5 +1,5 @@
 """MobileViT block (Mehta & Rastegari 2022), spec-only in the reference; built from conv_bn units,
-transformer blocks and declared primitives (transpose, concat, layer_norm, …): not lowered yet."""
+transformer blocks and primitives (transpose, concat, layer_norm, …)."""
 from dataclasses import dataclass
 from typing import ClassVar
 

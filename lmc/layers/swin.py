@@ -1,6 +1,5 @@
 """Swin Transformer kinds (spec-only in the reference): swin_stage and patch_merging, built from
-primitives, some declared (layer_norm, transpose, roll, slice, matmul, softmax, window_bias),
-so they do not lower yet.
+primitives (layer_norm, transpose, roll, slice, linear, matmul, softmax, window_bias).
 Both work on the channels-first image layout [B, dim, H, W] that conv_next_stem produces
 (Swin's patch partition + linear embedding + LayerNorm is exactly that stem)."""
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """Transformer kinds: layer_norm, patch_embed (ViT), transformer_encoder, and the token-layout
-converters spatial_flatten / spatial_unflatten.  All are built from
-primitives, some declared (no template yet: layer_norm, transpose, concat, broadcast, slice,
-matmul, softmax, rope), so none lowers yet.  LayerNorm ε = 1e-5, biased variance."""
+converters spatial_flatten / spatial_unflatten, all built from primitives (layer_norm,
+linear, matmul, softmax, rope or the fused flash_attn, transpose, concat, broadcast, slice).
+LayerNorm ε = 1e-5, biased variance."""
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -9,7 +9,7 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._common import attention, conv, linear, ln
+from ._common import attention, conv, drop_path, linear, ln
 from ._shape import divides, image, tokens
 
 
@@ -68,18 +68,19 @@ class PatchEmbed(Layer):
         return g.op("add", y, g.op("broadcast", params=[pos], dims=(b, n + 1, d)))
 
 
-def encoder_block(g, x, name: str, heads: int, m: int, causal=False, rope=False):
+def encoder_block(g, x, name: str, heads: int, m: int, causal=False, rope=False, flash=False, net=None):
     """One pre-LN block on tokens [B, N, d], tensors in the Lean kit's order (16): ln1 γ β;
     q, k, v, out (weight [d,d], bias [d]); ln2 γ β; mlp.fc1 [d,m] + [m]; mlp.fc2 [m,d] + [d].
-    FLOPs: the seed's (GELU 8 per element)."""
+    FLOPs: the seed's (GELU 8 per element).  `net`: the spec, whose train.drop_path makes the
+    two residual branches stochastic-depth sites."""
     d = x.type.dims[2]
     h = ln(g, x, f"{name}ln1.")
     q, k, v = (linear(g, h, f"{name}attn.{p}.", d, d) for p in ("q", "k", "v"))
-    h = linear(g, attention(g, q, k, v, heads, causal, rope), f"{name}attn.out.", d, d)
-    x = g.op("add", x, h)
+    h = linear(g, attention(g, q, k, v, heads, causal, rope, flash=flash), f"{name}attn.out.", d, d)
+    x = g.op("add", x, drop_path(g, h, net))
     h = linear(g, ln(g, x, f"{name}ln2."), f"{name}mlp.fc1.", d, m)
     h = g.op("act", h, kind="gelu", flops=8 * h.type.size)
-    return g.op("add", x, linear(g, h, f"{name}mlp.fc2.", m, d))
+    return g.op("add", x, drop_path(g, linear(g, h, f"{name}mlp.fc2.", m, d), net))
 
 
 @register("transformer_encoder")
@@ -88,7 +89,9 @@ class TransformerEncoder(Layer):
     """n_blocks pre-LN transformer blocks on tokens [B, N, dim]: x + attn(LN1(x)), then
     x + fc2(GELU(fc1(LN2(x)))); multi-head attention with heads of dim/heads, softmax(q·kᵀ/√dh)
     (causal_mask: keys after the query masked), rope: rotary embedding on q and k
-    (non-interleaved halves, base 10000), flash_attn: same math, tiled (a lowering choice).
+    (non-interleaved halves, base 10000), flash_attn: same math as the fused `flash_attn`
+    primitive (keys in blocks of 128, online softmax, the logsumexp saved instead of the
+    probabilities and the probabilities recomputed in the backward).
     A final LayerNorm follows the blocks.  Output: the class token (token 0) [B, dim], or every
     token [B, N, dim] when causal_mask or keep_sequence.
     Params per block (16): ln1.γ, ln1.β, attn.{q,k,v,out}.{weight [dim,dim], bias [dim]},
@@ -105,7 +108,11 @@ class TransformerEncoder(Layer):
     rope: bool = False
     examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, n_blocks=2), TensorType((2, 5, 8))),
                           (dict(dim=8, heads=2, mlp_dim=12, n_blocks=1, causal_mask=True, rope=True),
-                           TensorType((2, 4, 8)))]
+                           TensorType((2, 4, 8))),
+                          (dict(dim=8, heads=2, mlp_dim=8, n_blocks=1, keep_sequence=True, flash_attn=True),
+                           TensorType((2, 5, 8))),
+                          (dict(dim=4, heads=1, mlp_dim=8, n_blocks=1, causal_mask=True, flash_attn=True, rope=True),
+                           TensorType((2, 3, 4)))]
 
     def build(self, g, x, net):
         b, n, d = tokens(x.type, self.dim)
@@ -113,7 +120,8 @@ class TransformerEncoder(Layer):
         if self.rope and (d // self.heads) % 2:
             raise ShapeError(f"rope needs an even head dimension, but dim={d} / heads={self.heads} = {d // self.heads}")
         for i in range(self.n_blocks):
-            x = encoder_block(g, x, f"{i}.", self.heads, self.mlp_dim, self.causal_mask, self.rope)
+            x = encoder_block(g, x, f"{i}.", self.heads, self.mlp_dim, self.causal_mask, self.rope, self.flash_attn,
+                              net=net)
         x = ln(g, x, "ln.")
         if self.causal_mask or self.keep_sequence:
             return x

@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..errors import NotImplementedKind, SpecError
+from ..errors import DataError, NotImplementedKind, SpecError
 from ..fields import coerce, show
 from ..registry import discover, registrar
 from ..render import TEMPLATES
@@ -94,9 +94,14 @@ class Loss:
     rank_hint: ClassVar[str | None] = "end the net with global_avg_pool or flatten, then dense"
     # the whole-step oracle's recipes for it: [(train fields, [(variant, runtime overrides)])]
     examples: ClassVar[list] = []
+    # the template's `correct` is a count of right predictions (False: a regression, always 0)
+    counts_correct: ClassVar[bool] = True
     # the oracle's net for the loss × optimizer grid, (layers, input dims) before the head
     # (None: the optimizer's grid net)
     oracle_net: ClassVar[tuple | None] = None
+    # the oracle's default run crosses this loss's first example with every optimizer (the
+    # classifier losses); other loss cases meet one optimizer each, the rest under -m slow
+    oracle_grid: ClassVar[bool] = False
 
     @staticmethod
     def oracle_head(out: TensorType, nc: int) -> list | None:
@@ -105,8 +110,10 @@ class Loss:
         head = [("flatten", {})] if out.rank > 2 else []
         return head + [("dense", {"fan_in": out.size // out.dims[0], "fan_out": nc})]
 
-    def __init__(self, kind):
+    def __init__(self, kind, cfg=None):
         self.kind = kind              # the config.LossKind (carries the parameter values)
+        self.cfg = cfg                # the recipe (TrainConfig) it is lowered for, where known:
+                                      # structural switches of the loss (use_focal) are read here
 
     @classmethod
     def parse_params(cls, args: dict, where: str) -> tuple:
@@ -181,6 +188,27 @@ class Loss:
         """Labels as the data pipeline delivers them (int class ids [N]) → this loss's labels."""
         raise NotImplementedError
 
+    def check_data(self, ds, labels: TensorType, fit) -> None:
+        """Refuse a dataset whose labels, fitted (`fit`), are not the step's label tensor
+        `labels` per example (e.g. masks at another resolution than the logits), or whose images
+        the batcher would augment without moving labels that live in image space."""
+        cfg = self.cfg
+        if ds.label_format != CLASS and cfg is not None:
+            on = [f for f in ("augment", "random_erasing", "use_rand_augment", "use_auto_augment") if getattr(cfg, f)]
+            if on:
+                raise NotImplementedKind(f"not implemented yet: train.{on[0]} with {ds.label_format} labels "
+                                         f"(the image would move and its labels would not)",
+                                         hint=f"turn train.{on[0]} off for this dataset")
+        if not len(ds.y_train):
+            return
+        got = fit(ds.y_train[:1])
+        if tuple(got.shape[1:]) != labels.dims[1:]:
+            raise DataError(f"{ds.source('y_train')}: the labels are {ds.label_format} of shape "
+                            f"{list(ds.y_train.shape[1:])} per example, which loss {self.kind} takes as "
+                            f"{list(got.shape[1:])}, but the net's train step needs {list(labels.dims[1:])}",
+                            hint="make the net's output match the labels (e.g. per-pixel logits at the masks' "
+                                 "resolution), or use other data")
+
     def draw_labels(self, rng, labels: TensorType, logits: TensorType) -> np.ndarray:
         """Random labels of the right kind (tests, benchmarks)."""
         raise NotImplementedError
@@ -229,14 +257,15 @@ def loss_class(name: str) -> type:
     return losses[name]
 
 
-def loss_for(kind) -> Loss:
+def loss_for(kind, cfg=None) -> Loss:
     """The declared loss for a config.LossKind (lowered or not: for the recipe rules)."""
-    return loss_class(kind.kind)(kind)
+    return loss_class(kind.kind)(kind, cfg)
 
 
-def make_loss(kind) -> Loss:
-    """The lowered loss for a config.LossKind, or a clear refusal."""
-    loss = loss_for(kind)
+def make_loss(kind, cfg=None) -> Loss:
+    """The lowered loss for a config.LossKind (for the recipe `cfg`, whose structural switches
+    such as use_focal shape the template), or a clear refusal."""
+    loss = loss_for(kind, cfg)
     if not loss.lowered:
         raise NotImplementedKind(f"not implemented yet: loss {kind}",
                                  hint=f"lowered losses: {', '.join(sorted(lowered_losses()))}")

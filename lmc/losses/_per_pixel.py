@@ -16,6 +16,10 @@ from ..types import TensorType, f32, flt, i32
 from . import MASK, Loss, Rule
 
 
+# the soft-Dice smoothing constant (losses.md §4.4: the seed's codegen uses 1.0)
+DICE_SMOOTH = 1.0
+
+
 class PerPixel(Loss):
     label_format = MASK
     logits_rank = 4
@@ -52,9 +56,10 @@ class PerPixel(Loss):
     def context(self, logits, labels):
         b, nc, h, w = logits.dims
         n = b * h * w
-        return {"b": b, "nc": nc, "n": n, "inv_n": flt(1.0 / n), "inv_hw": flt(1.0 / (h * w)),
+        return {"b": b, "nc": nc, "n": n, "inv_n": flt(1.0 / n), "neg_inv_n": flt(-1.0 / n), "inv_hw": flt(1.0 / (h * w)),
                 "pix": f32(b, h, w).mlir, "pix_mask": TensorType((b, h, w), "i1").mlir,
-                "mask": TensorType(logits.dims, "i1").mlir, "ilogits": TensorType(logits.dims, "i32").mlir}
+                "mask": TensorType(logits.dims, "i1").mlir, "ilogits": TensorType(logits.dims, "i32").mlir,
+                "bc": f32(b, nc).mlir, "cv": f32(nc).mlir, "inv_k": flt(1.0 / nc), "smooth": flt(DICE_SMOOTH)}
 
     def fit_labels(self, y, num_classes, cfg):
         y = np.asarray(y)
@@ -89,3 +94,19 @@ def log_softmax(xp, z):
 def one_hot(xp, labels, k, dtype):
     """[B, H, W] int → [B, K, H, W] 0/1."""
     return (labels[:, None] == xp.arange(k).reshape((1, k, 1, 1))).astype(dtype)
+
+
+def dice_reference(xp, logits, labels):
+    """1 − mean_c (2·Σp·y + s)/(Σp + Σy + s), sums over the whole batch (B, H, W)."""
+    k = logits.shape[1]
+    p = xp.exp(log_softmax(xp, logits))
+    y = one_hot(xp, labels, k, logits.dtype)
+    inter, ps, ys = ((p * y).sum(axis=(0, 2, 3)), p.sum(axis=(0, 2, 3)), y.sum(axis=(0, 2, 3)))
+    return 1.0 - ((2 * inter + DICE_SMOOTH) / (ps + ys + DICE_SMOOTH)).mean()
+
+
+def ce_pixels(xp, logits, labels, eps):
+    """−Σ_c t·logp per pixel [B, H, W], t = (1−ε)·onehot + ε/K."""
+    k = logits.shape[1]
+    t = (1.0 - eps) * one_hot(xp, labels, k, logits.dtype) + eps / k
+    return -(t * log_softmax(xp, logits)).sum(axis=1)

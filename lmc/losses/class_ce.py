@@ -1,5 +1,7 @@
 """class_ce: softmax cross-entropy on integer class labels, with label smoothing ε
-(losses.md §2): t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / B."""
+(losses.md §2): t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / B.
+With use_focal (§2.1; label_smoothing must be 0): q = max(1 − p_y, 1e-7),
+loss = −(1/B) Σ q^γ·log p_y, γ = focal_gamma (a runtime hyperparameter), exact gradient."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,15 +9,25 @@ import numpy as np
 from ..types import TensorType, f32, i32
 from . import CLASS, Loss, Rule, near_ties, register
 
+Q_FLOOR = 1e-7          # the focal factor's floor (losses.md §2.1)
+
 
 @register("class_ce")
 class ClassCE(Loss):
     order = 0
+    oracle_grid = True
     default = True                # the seed's default loss_kind (config.effective_loss derives from it)
     label_format = CLASS
-    accepts_focal = True          # a modifier of integer-label CE (the template does not have it yet: refused)
+    accepts_focal = True          # use_focal modifies it (the template's focal branch)
     hp = ("label_smoothing",)
-    examples = [({}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})])]
+    examples = [({}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})]),
+                ({"use_focal": True}, [("", {}), ("g0", {"focal_gamma": 0.0}), ("g0.5", {"focal_gamma": 0.5})])]
+
+    def __init__(self, kind, cfg=None):
+        super().__init__(kind, cfg)
+        self.focal = bool(cfg is not None and cfg.use_focal)
+        if self.focal:
+            self.hp = ("label_smoothing", "focal_gamma")
 
     def focal_rules(self, cfg):
         if cfg.label_smoothing != 0.0:
@@ -23,16 +35,13 @@ class ClassCE(Loss):
                          "label_smoothing", also=("use_focal",))]
         return []
 
-    def refused(self, cfg):
-        return ["use_focal"] if cfg.use_focal else []
-
     def labels(self, out):
         return i32(out.dims[0])
 
     def context(self, logits, labels):
         b, nc = logits.dims
         return {"b": b, "nc": nc, "inv_b": f"{1.0 / b:.9e}", "row": f32(b).mlir, "mask": TensorType(logits.dims, "i1").mlir,
-                "row_mask": TensorType((b,), "i1").mlir}
+                "row_mask": TensorType((b,), "i1").mlir, "focal": self.focal, "q_floor": f"{Q_FLOOR:.9e}"}
 
     def fit_labels(self, y, num_classes, cfg):
         return np.ascontiguousarray(y, np.int32)
@@ -41,11 +50,16 @@ class ClassCE(Loss):
         return rng.integers(0, logits.dims[1], labels.dims).astype(np.int32)
 
     @staticmethod
-    def reference(xp, logits, labels, label_smoothing=0.0):
+    def reference(xp, logits, labels, label_smoothing=0.0, focal_gamma=None):
+        """focal_gamma given: the focal loss (use_focal; the rules keep label_smoothing at 0)."""
         k = logits.shape[1]
         z = logits - logits.max(axis=1, keepdims=True)
         logp = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
         hot = (labels[:, None] == xp.arange(k)[None, :]).astype(logp.dtype)
+        if focal_gamma is not None:
+            lpy = (hot * logp).sum(axis=1)
+            q = xp.maximum(1.0 - xp.exp(lpy), Q_FLOOR)
+            return -(q ** focal_gamma * lpy).sum() / logits.shape[0]
         t = (1.0 - label_smoothing) * hot + label_smoothing / k
         return -(t * logp).sum() / logits.shape[0]
 

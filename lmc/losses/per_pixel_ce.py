@@ -5,7 +5,7 @@ loss on logits [B, V, T, 1] and labels [B, T, 1]."""
 from __future__ import annotations
 
 from . import register
-from ._per_pixel import PerPixel, log_softmax, one_hot
+from ._per_pixel import PerPixel, ce_pixels
 
 
 @register("per_pixel_ce")
@@ -18,6 +18,4 @@ class PerPixelCE(PerPixel):
 
     @staticmethod
     def reference(xp, logits, labels, label_smoothing=0.0):
-        b, k, h, w = logits.shape
-        t = (1.0 - label_smoothing) * one_hot(xp, labels, k, logits.dtype) + label_smoothing / k
-        return -(t * log_softmax(xp, logits)).sum() / (b * h * w)
+        return ce_pixels(xp, logits, labels, label_smoothing).mean()

@@ -1,11 +1,18 @@
-"""per_pixel_dice_ce (declared, not lowered yet): Dice + per-pixel CE on logits [B, NC, H, W]
-against int32 labels [B, H, W]; label smoothing applies to the CE half only (losses.md §1)."""
+"""per_pixel_dice_ce: per-pixel CE + batch soft Dice (losses.md §4.5) on logits [B, NC, H, W]
+against int32 labels [B, H, W]; label smoothing applies to the CE half only (Dice uses the raw
+one-hot).  loss = −Σ t·logp / N + 1 − (1/K) Σ_c D_c; the seed is the sum of the two seeds."""
 from __future__ import annotations
 
 from . import register
-from ._per_pixel import PerPixel
+from ._per_pixel import PerPixel, ce_pixels, dice_reference
 
 
 @register("per_pixel_dice_ce")
 class PerPixelDiceCE(PerPixel):
     order = 4
+    hp = ("label_smoothing",)
+    examples = [({"loss_kind": "per_pixel_dice_ce"}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})])]
+
+    @staticmethod
+    def reference(xp, logits, labels, label_smoothing=0.0):
+        return ce_pixels(xp, logits, labels, label_smoothing).mean() + dice_reference(xp, logits, labels)

@@ -1,10 +1,14 @@
-"""per_pixel_focal_ce (declared, not lowered yet): per-pixel focal CE −(1−p_t)^γ·log p_t on logits
-[B, NC, H, W] against int32 labels [B, H, W]; γ = 0 is per_pixel_ce (losses.md §1).
-Written `loss_kind: {per_pixel_focal_ce: {gamma: 2.0}}` (γ >= 0, default 2)."""
+"""per_pixel_focal_ce: per-pixel focal CE on logits [B, NC, H, W] against int32 labels [B, H, W]
+(losses.md §4.3), N = B·H·W:  q = max(1 − p_t, 1e-12),  loss = −(1/N) Σ q^γ·log p_t, with the
+exact gradient (the focal factor is not detached); γ = 0 is per_pixel_ce.
+Written `loss_kind: {per_pixel_focal_ce: {gamma: 2.0}}` (γ >= 0, default 2).  γ reaches the
+module as a runtime hyperparameter (hp entry `gamma`): one compiled step serves every γ."""
 from __future__ import annotations
 
 from . import Param, register
-from ._per_pixel import PerPixel
+from ._per_pixel import PerPixel, log_softmax, one_hot
+
+Q_FLOOR = 1e-12
 
 
 def _non_negative(v):
@@ -19,3 +23,20 @@ class PerPixelFocalCE(PerPixel):
     instead_of_focal = "for segmentation use loss_kind: {per_pixel_focal_ce: {gamma: 2}}"
     # added (losses.md §1): focal already reweights by confidence
     smoothing_ok = False
+    hp = ("gamma",)
+    examples = [({"loss_kind": "per_pixel_focal_ce"},
+                 [("", {}), ("g0", {"loss_kind": "{per_pixel_focal_ce: {gamma: 0}}"}),
+                  ("g0.5", {"loss_kind": "{per_pixel_focal_ce: {gamma: 0.5}}"})])]
+
+    def context(self, logits, labels):
+        return {**super().context(logits, labels), "q_floor": f"{Q_FLOOR:.9e}"}
+
+    def hp_values(self, cfg):
+        return {"gamma": float(self.kind.gamma)}
+
+    @staticmethod
+    def reference(xp, logits, labels, gamma=2.0):
+        b, k, h, w = logits.shape
+        logpt = (log_softmax(xp, logits) * one_hot(xp, labels, k, logits.dtype)).sum(axis=1)
+        q = xp.maximum(1.0 - xp.exp(logpt), Q_FLOOR)
+        return -(q ** gamma * logpt).sum() / (b * h * w)

@@ -12,6 +12,7 @@ from . import SOFT, Loss, near_ties, register
 class SoftLabelCE(Loss):
     order = 1
     label_format = SOFT
+    oracle_grid = True
     examples = [({"loss_kind": "soft_label_ce"}, [("", {})])]
 
     def labels(self, out):

@@ -42,6 +42,9 @@ class Prim:
     name: ClassVar[str]
     n_inputs: ClassVar[int] = 1
     has_eval: ClassVar[bool] = False    # the template has an `eval` (it differs from fwd: state)
+    # its matmuls take bfloat16 operands (f32 accumulation) under the recipe's `bf16`: the
+    # template reads `bf16` from the render context (templates/prims/_dot.j2)
+    mixed_precision: ClassVar[bool] = False
     # inputs whose cotangent is zero by construction (embedding's integer ids): @input_grad
     # refuses a net whose input reaches the loss only through such inputs
     constant_inputs: ClassVar[tuple[str, ...]] = ()

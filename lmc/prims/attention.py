@@ -15,6 +15,7 @@ class Matmul(Prim):
     """y = a·b over the last two axes, batched over the leading ones (equal in a and b):
     a [..., M, K], b [..., K, N] → [..., M, N].  FLOPs 2·batch·M·K·N.
     bwd: da = dy·bᵀ, db = aᵀ·dy."""
+    mixed_precision = True
     inputs = ("a", "b_in")
     params = ()
     n_inputs = 2
@@ -119,26 +120,40 @@ def _window_index(ws: int) -> np.ndarray:
     return d[0] * (2 * ws - 1) + d[1]
 
 
-def _shift_mask(grid: tuple[int, int], ws: int, shift: int) -> np.ndarray:
-    """[nW, ws², ws²] of 0 / −∞: after a cyclic shift, tokens of one window that came from
-    different regions of the map do not attend to each other (Swin's attention mask)."""
+# Swin's masked score (the official code and torchvision fill with −100, not −∞: exp(−100) is
+# 0 in f32, and a finite value keeps the finite-difference oracle of window_bias defined)
+MASKED = -100.0
+
+
+def _regions(grid: tuple[int, int], ws: int, shift: int) -> np.ndarray:
+    """[nW, ws²] region id of each token of each window after the cyclic shift (Swin's 3×3 cut
+    of the map: the rows/columns that wrapped around are regions of their own)."""
     gh, gw = grid
     region = np.zeros((gh * ws, gw * ws), int)
     if shift:
         cuts = lambda n: (slice(0, n - ws), slice(n - ws, n - shift), slice(n - shift, n))
         for k, (hs, wsl) in enumerate((a, b) for a in cuts(gh * ws) for b in cuts(gw * ws)):
             region[hs, wsl] = k
-    r = region.reshape(gh, ws, gw, ws).transpose(0, 2, 1, 3).reshape(gh * gw, ws * ws)
-    return np.where(r[:, :, None] == r[:, None, :], 0.0, -np.inf)
+    return region.reshape(gh, ws, gw, ws).transpose(0, 2, 1, 3).reshape(gh * gw, ws * ws)
+
+
+def _shift_mask(grid: tuple[int, int], ws: int, shift: int) -> np.ndarray:
+    """[nW, ws², ws²] of 0 / MASKED: after a cyclic shift, tokens of one window that came from
+    different regions of the map do not attend to each other (Swin's attention mask)."""
+    r = _regions(grid, ws, shift)
+    return np.where(r[:, :, None] == r[:, None, :], 0.0, MASKED)
 
 
 @primitive("window_bias")
 class WindowBias(Prim):
     """Swin's additive attention bias for each of the nW = gh·gw windows: the learned relative
     position bias, table [(2ws−1)², heads] gathered to [heads, ws², ws²], plus (shift > 0) the
-    shifted-window mask → [nW, heads, ws², ws²].  bwd: dtable = scatter-add of dy."""
+    shifted-window mask (0 / −100) → [nW, heads, ws², ws²].  Saves nothing.
+    bwd: dtable = scatter-add of Σ_windows dy into the table rows."""
     inputs = ()
     params = ("table",)
+    examples = [(dict(ws=2, grid=(2, 2), shift=1), [], [TensorType((9, 2))]),
+                (dict(ws=3, grid=(1, 2), shift=0), [], [TensorType((25, 3))])]
 
     def infer(self, ins, ps):
         (t,) = ps
@@ -147,6 +162,23 @@ class WindowBias(Prim):
             raise ShapeError(f"a relative position table for {ws}x{ws} windows needs {(2 * ws - 1) ** 2} rows, "
                              f"got {t.shape_str()}")
         return TensorType((gh * gw, t.dims[1], ws * ws, ws * ws)), 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (t,) = ps
+        ws, (gh, gw) = self.ws, self.grid
+        n, h, nw = ws * ws, t.dims[1], gh * gw
+        idx = _window_index(ws).reshape(-1)
+        ctx = {"idx": "[" + ", ".join(f"[{int(i)}]" for i in idx) + "]", "it": TensorType((n * n, 1), "i32").mlir,
+               "g2": TensorType((n * n, h)).mlir, "g3": TensorType((n, n, h)).mlir, "ht": TensorType((h, n, n)).mlir,
+               "h": h, "yi": TensorType(out.dims, "i32").mlir, "masked": flt(MASKED)}
+        if self.shift:
+            r = _regions(self.grid, ws, self.shift)
+            ctx.update(reg="[" + ", ".join("[" + ", ".join(str(int(v)) for v in row) + "]" for row in r) + "]",
+                       rt=TensorType((nw, n), "i32").mlir)
+        return ctx
 
     @staticmethod
     def reference(xp, table, ws, grid, shift):
@@ -190,3 +222,54 @@ class Embedding(Prim):
         # ids rounded to the nearest integer and clamped to the table (the template's order)
         idx = xp.clip(xp.floor(ids + 0.5), 0, table.shape[0] - 1).astype(np.int32)
         return table[idx]
+
+
+@primitive("flash_attn")
+class FlashAttn(Prim):
+    """Fused attention in its memory-saving form: o = softmax(scale·q·kᵀ (causal: keys after the
+    query masked))·v per head, q [B, H, Nq, dh], k, v [B, H, Nk, dh] → [B, H, Nq, dh].  The keys
+    are processed in blocks of `block` with an online softmax (running max m and sum l), so no
+    [Nq, Nk] probability matrix is kept: fwd saves q, k, v, o and the row logsumexp
+    lse = m + log l [B, H, Nq]; bwd recomputes each block's probabilities p = exp(s − lse).
+    bwd: D = Σ_d do·o;  per block dv = pᵀ·do, ds = p·(do·vᵀ − D), dq += scale·ds·k, dk = scale·dsᵀ·q.
+    FLOPs 4·B·H·Nq·Nk·dh + 5·B·H·Nq·Nk (as the composed matmul, softmax, matmul)."""
+    mixed_precision = True
+    inputs = ("q", "k", "v")
+    params = ()
+    n_inputs = 3
+    examples = [(dict(scale=0.5, causal=False, block=2), [TensorType((2, 2, 3, 4))] + [TensorType((2, 2, 5, 4))] * 2, []),
+                (dict(scale=0.6, causal=True, block=2), [TensorType((1, 2, 5, 4))] * 3, []),
+                (dict(scale=0.4, causal=True, block=8), [TensorType((2, 1, 4, 2))] * 3, [])]
+
+    def infer(self, ins, ps):
+        q, k, v = ins
+        if q.rank != 4 or k.dims != v.dims or k.rank != 4 or q.dims[:2] != k.dims[:2] or q.dims[3] != k.dims[3]:
+            raise ShapeError(f"attention needs q [B, H, Nq, dh] and k, v [B, H, Nk, dh], got "
+                             f"{q.shape_str()}, {k.shape_str()}, {v.shape_str()}")
+        if self.causal and q.dims[2] != k.dims[2]:
+            raise ShapeError(f"a causal mask needs as many queries as keys, got {q.dims[2]} and {k.dims[2]}")
+        b, h, nq, dh = q.dims
+        nk = k.dims[2]
+        return q, 4 * b * h * nq * nk * dh + 5 * b * h * nq * nk
+
+    def saved(self, ins, ps, out):
+        q, k, v = ins
+        return [q, k, v, out, TensorType(q.dims[:3])]
+
+    def context(self, ins, ps, out):
+        q, k, _ = ins
+        b, h, nq, dh = q.dims
+        nk = k.dims[2]
+        blocks = []
+        for j, s in enumerate(range(0, nk, self.block)):
+            n = min(self.block, nk - s)
+            blocks.append({"j": j, "start": s, "kb": TensorType((b, h, n, dh)).mlir,
+                           "sb": TensorType((b, h, nq, n)).mlir, "si": TensorType((b, h, nq, n), "i32").mlir,
+                           "sm": TensorType((b, h, nq, n), "i1").mlir,
+                           "sl": f"0:{b}, 0:{h}, {s}:{s + n}, 0:{dh}"})
+        return {"blocks": blocks, "r": TensorType((b, h, nq)).mlir, "scale_c": flt(self.scale)}
+
+    @staticmethod
+    def reference(xp, q, k, v, scale, causal, block):
+        s = xp.matmul(q, xp.swapaxes(k, -1, -2))
+        return xp.matmul(Softmax.reference(xp, s, scale, causal), v)

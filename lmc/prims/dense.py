@@ -9,6 +9,7 @@ from . import Prim, primitive
 @primitive("dense")
 class Dense(Prim):
     """y = x·w + b.  x [B, K], w [K, N], b [N].  Saves x."""
+    mixed_precision = True
     inputs = ("x",)
     params = ("w", "b")
     examples = [({}, [TensorType((4, 5))], [TensorType((5, 3)), TensorType((3,))]),

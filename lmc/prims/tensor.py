@@ -201,6 +201,7 @@ class Linear(Prim):
     """y = x·w (+ b) over the last axis: x [..., K], w [K, N], b [N] → [..., N]
     (dense for token streams [B, T, K]).  FLOPs 2·rows·K·N (the bias is not counted).
     Saves x.  bwd: dx = dy·wᵀ, dw = Σ_rows xᵀ·dy, db = Σ_rows dy."""
+    mixed_precision = True
     inputs = ("x",)
     params = ("w", "b")
     examples = [({}, [TensorType((2, 3, 4))], [TensorType((4, 5)), TensorType((5,))]),
@@ -337,15 +338,39 @@ class Mul(Prim):
 @primitive("roll")
 class Roll(Prim):
     """y = x cyclically shifted by `shifts` along `axes` (Swin's shifted windows):
-    y[(i + s) mod n] = x[i].  bwd: dy rolled back."""
+    y[(i + s) mod n] = x[i], i.e. y = [x[n−s:], x[:n−s]] on each axis.  Saves nothing.
+    bwd: dy rolled back (by −s)."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(shifts=(-1, -1), axes=(1, 2)), [TensorType((2, 4, 4, 3))], []),
+                (dict(shifts=(2, 5), axes=(1, 2)), [TensorType((1, 3, 4, 2))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
-        if any(not 0 <= a < x.rank for a in self.axes):
+        if any(not 0 <= a < x.rank for a in self.axes) or len(self.axes) != len(self.shifts):
             raise ShapeError(f"roll axes {list(self.axes)} do not fit {x.shape_str()}")
         return x, 0
+
+    def saved(self, ins, ps, out):
+        return []
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+
+        def steps(sign):
+            """Each axis's roll as a concatenation of two slices, the second starting at 0."""
+            out = []
+            for s, a in zip(self.shifts, self.axes):
+                n = x.dims[a]
+                p = (n - sign * s) % n            # y = [x[p:], x[:p]] along a
+                if p == 0:
+                    continue
+                rng = lambda lo, hi: ", ".join(f"{lo}:{hi}" if i == a else f"0:{d}" for i, d in enumerate(x.dims))  # noqa: E731
+                head = x.with_dims(tuple(n - p if i == a else d for i, d in enumerate(x.dims)))
+                tail = x.with_dims(tuple(p if i == a else d for i, d in enumerate(x.dims)))
+                out.append({"axis": a, "hi": rng(p, n), "lo": rng(0, p), "head": head.mlir, "tail": tail.mlir})
+            return out
+        return {"fwd_steps": steps(1), "bwd_steps": steps(-1)}
 
     @staticmethod
     def reference(xp, x, shifts, axes):
