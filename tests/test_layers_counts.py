@@ -80,9 +80,6 @@ PUBLISHED = {
     # the torchvision resnet18 trunk (11,181,642 − 5,130) + ASPP 512 → 256 (§3.41: 4,133,376)
     # + a 1×1 256 → 3 classifier with bias (771); 3 classes.
     "deeplabv3_resnet18": (15_310_659, None, None, None),
-    # the torchvision resnet18 trunk + fpn_detect (§3.43): 128·(128 + 256 + 512) neck,
-    # 3·(9·128² + 128) tower, 3·(45·128 + 45) heads; 9 + 6 tensors after the trunk's 60.
-    "resnet18_fpn_detect": (11_751_367, 60 + 15, None, None),
     # layers.md §6: MNIST MLP 784-512-512-10, 6 tensors.
     "mnist_mlp": (669_706, 6, 0, 0),
     # 784·10 + 10.
@@ -127,7 +124,7 @@ def test_every_reference_net_is_present():
 
 
 # the nets whose head is not a 10-class classifier's (segmenters: per-pixel logits; the detector)
-NOT_CLASSIFIERS = {"unet", "tiny_gpt", "detr_small", "deeplabv3_resnet18", "resnet18_fpn_detect", "digits_seg_fcn",
+NOT_CLASSIFIERS = {"unet", "tiny_gpt", "detr_small", "deeplabv3_resnet18", "digits_seg_fcn",
                    "denoise_digits", "unet_digits", "yolo_digits"}
 
 
@@ -157,7 +154,6 @@ def test_segmentation_and_language_model_outputs():
     unet = _validate("unet")
     assert unet.output.type.dims == (16, 3, 224, 224)        # per-pixel logits, 3 trimap classes
     assert _validate("deeplabv3_resnet18").output.type.dims == (16, 3, 224, 224)
-    assert _validate("resnet18_fpn_detect").output.type.dims == (16, 315 * 3 * 7 ** 2)   # flat P3‖P4‖P5
     gpt = _validate("tiny_gpt")
     assert gpt.output.type.dims == (32, 256, 64, 1)          # [B, vocab (bytes), seq, 1] for per-pixel CE
     # 256·128 + 64·128 embeddings, 4 blocks of 12·128² + 13·128 (attention, MLP 512, LNs),
@@ -234,3 +230,12 @@ def test_unlowerable_spec_is_refused_clearly():
     text = f"name: t\ninput: {{channels: {c}, height: {h}, width: {w}}}\nlayers:\n  - {kind}: {{{body}}}\n"
     with pytest.raises(NotImplementedKind, match=f"not implemented yet: {kind}"):
         lower(infer(load_spec("t.yaml", text=text), 2), "forward")
+
+
+def test_resnet18_fpn_detector_count():
+    # tests/data/resnet18_fpn_detect.yaml (no recipe until the FPN anchor loss lowers): the
+    # torchvision resnet18 trunk (11,181,642 − 5,130) + fpn_detect (§3.43): 128·(128 + 256 + 512)
+    # neck, 3·(9·128² + 128) tower, 3·(45·128 + 45) heads; 9 + 6 tensors after the trunk's 60
+    net = infer(load_spec(Path(__file__).parent / "data" / "resnet18_fpn_detect.yaml"), 16)
+    assert net.total_params == 11_751_367 and len(net.params) == 60 + 15
+    assert net.output.type.dims == (16, 315 * 3 * 7 ** 2)          # flat P3‖P4‖P5
