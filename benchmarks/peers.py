@@ -49,6 +49,14 @@ def _update(xp, a, hp, decay, params, opt, grads, t):
 
 # ----------------------------------------------------------------------------- JAX
 
+def _pool_pads(hw, a):
+    """max_pool's (lo, hi) along H and W: its explicit `pad`, else XLA SAME (MaxPool.pads)."""
+    if a.get("pad") is not None:
+        return tuple(a["pad"][:2]), tuple(a["pad"][2:])
+    (h, w) = hw
+    return same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+
+
 def _jax_ops() -> dict:
     """primitive name → fn(inputs, params, attrs) -> y, or (y, batch statistics) for the
     primitives with running state.  A primitive missing here runs its `reference` in jnp."""
@@ -75,8 +83,7 @@ def _jax_ops() -> dict:
         return y, [m, v]
 
     def max_pool(ins, ps, a):
-        h, w = ins[0].shape[2:]
-        ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+        ph, pw = _pool_pads(ins[0].shape[2:], a)
         return lax.reduce_window(ins[0], -jnp.inf, lax.max, (1, 1, a["size"], a["size"]),
                                  (1, 1, a["stride"], a["stride"]), [(0, 0), (0, 0), ph, pw])
 
@@ -183,8 +190,7 @@ def _torch_ops() -> dict:
         return F.conv2d(F.pad(ins[0], (pw0, pw1, ph0, ph1)), ps[0], stride=a["stride"], groups=a["groups"])
 
     def max_pool(ins, ps, a):
-        h, w = ins[0].shape[2:]
-        ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+        ph, pw = _pool_pads(ins[0].shape[2:], a)
         return F.max_pool2d(F.pad(ins[0], (pw[0], pw[1], ph[0], ph[1]), value=float("-inf")), a["size"], a["stride"])
 
     return {
@@ -197,6 +203,7 @@ def _torch_ops() -> dict:
         "dense": lambda ins, ps, a: torch.addmm(ps[1], ins[0], ps[0]),
         "global_avg_pool": lambda ins, ps, a: ins[0].mean((2, 3)),
         "max_pool": max_pool,
+        "mul": lambda ins, ps, a: ins[0] * ins[1],
     }
 
 

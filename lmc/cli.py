@@ -196,6 +196,7 @@ def _train_abi(net) -> dict | None:
             "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
             "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
             "head_lr": sorted(a.head), "grad_accum_steps": a.accum,
+            "masks": [{"kind": m.kind, "layer": m.layer, "shape": list(m.value.type.dims)} for m in a.masks],
             "functions": ["train_step"] if a.accum == 1 else ["grad_step", "apply_step"]}
 
 
@@ -303,6 +304,7 @@ def eval_cmd(spec: SpecArg,
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
              recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
+             predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
     from .train import evaluate_checkpoint
@@ -321,6 +323,13 @@ def eval_cmd(spec: SpecArg,
             save_bitmap(dump_correct, r.correct())
             err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
     from .evaluate import EvalResult
+    if predictions is not None:
+        from .metrics import save_predictions
+        with user_errors():
+            if not save_predictions(r, predictions):
+                raise LmcError("--predictions draws segmentation, detection or regression outputs; this spec's "
+                               "labels are class ids")
+        err.print(f"wrote {predictions}", markup=False, highlight=False)
     if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/metrics.py)
         print(json.dumps({**r.as_dict(), "region": r.region}))
     elif as_json:

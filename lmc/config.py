@@ -29,6 +29,7 @@ class DatasetKind(Choice):
     synthetic = "synthetic"    # seeded random data of the spec's shapes
     digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
     digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
+    digits_det = "digits_det"          # embedded: 64x64 mosaics of digits with YOLO box targets
     text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
 
 
@@ -202,11 +203,13 @@ _PROB = {"random_erasing_prob", "fpn_affine_prob"}
 # would be accepted and do nothing, so check_rules refuses them, naming the switch.
 DEPENDS = {
     "mixup_alpha": "use_mixup", "cutmix_alpha": "use_cutmix", "knn_mixup_alpha": "use_knn_mixup",
-    "random_erasing_prob": "random_erasing", "focal_gamma": "use_focal", "ema_decay": "use_ema",
+    "random_erasing_prob": "random_erasing", "focal_gamma": ("use_focal", "anchors"), "ema_decay": "use_ema",
     "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
     "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
     "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
+    "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
+    "fpn_affine_area_thr": "fpn_affine_prob",
 }
 
 
@@ -269,7 +272,7 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
 # The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
 # segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
 DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES,
-                  "digits_seg": MASK, "digits_denoise": FLOAT}
+                  "digits_seg": MASK, "digits_denoise": FLOAT, "digits_det": BOXES}
 
 
 def dataset_labels(dataset) -> str:
@@ -331,10 +334,23 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     loss = loss_for(kind)
     for r in loss.focal_rules(cfg) if cfg.use_focal else []:
         err(r.message, r.field, also=r.also, hint=r.hint)
-    for name, switch in DEPENDS.items():
-        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not getattr(cfg, switch):
+    for name, switches in DEPENDS.items():
+        # a field may serve several switches (focal_gamma: also the anchor path's focal objectness)
+        switch, *others = switches if isinstance(switches, tuple) else (switches,)
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
             err(f"{name} has no effect without {switch}: true", name, also=(switch,),
                 hint=f"set {switch}: true, or drop {name}")
+    from .optim import OPTIMIZER_FIELDS, fields_read, selection
+    chosen, by = selection(cfg)
+    reads = fields_read(chosen, cfg)
+    for name in OPTIMIZER_FIELDS:
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
+            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
+            err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
+                hint=f"drop {name}, or choose an optimizer that uses it")
+    if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
+        err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
     if cfg.use_auto_augment and cfg.use_rand_augment:
         err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
             "use_rand_augment", also=("use_auto_augment",))
@@ -381,7 +397,7 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
     (Loss.check_classes), the head prior's length.  With the output's dims the loss's logits
     layout is checked first (Loss.check_output: e.g. a per-pixel loss needs [B, NC, H, W], where
     NC is then the class count; the one definition of that rule, lower.abi asks it through here)."""
-    loss = loss_for(effective_loss(cfg, dataset))
+    loss = loss_for(effective_loss(cfg, dataset), cfg)
     if output_dims is not None:
         why = loss.check_output(TensorType(tuple(output_dims)))
         if why:

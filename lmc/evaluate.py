@@ -109,15 +109,17 @@ def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
 
 
 def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int,
-             label_format: str = "class ids", regions: dict | None = None):
+             label_format: str = "class ids", regions: dict | None = None, loss=None):
     """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays.
     Labels other than class ids are scored by lmc/metrics.py: per-pixel masks (pixel accuracy,
-    IoU, region Dice over `regions`), float targets (MSE, PSNR)."""
+    IoU, region Dice over `regions`), float targets (MSE, PSNR), box targets (mAP, decoded by
+    the recipe's `loss`)."""
     from .metrics import scorer
-    other = scorer(label_format, num_classes, regions)
+    other = scorer(label_format, num_classes, regions, loss)
     if other is not None:
         for xb, yb, n in eval_batches(x, y, batch):
-            other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n])
+            other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n],
+                      xb[:n])
         return other
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
     for xb, yb, n in eval_batches(x, y, batch):

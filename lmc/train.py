@@ -33,7 +33,7 @@ from .checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_ini
 from .config import TRAIN_FIELDS
 from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
-from .metrics import eval_format
+from .metrics import eval_format, save_predictions
 from .infer import check_recipe_fits
 from .init import apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
@@ -43,9 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("use_diou_box", "anchors", "fpn_scales",
-                "yolo_cls_weights", "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "use_yolov1", "bf16_conv", "dropout",
+_UNSUPPORTED = ("fpn_scales", "det_prior_pi", "train_res", "test_crop_ratio", "use_tta", "bf16_conv",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
@@ -451,7 +449,8 @@ class Trainer:
                               self.cfg.swag_samples, self.cfg.seed, *args)
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
-            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss))
+            r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss),
+                         loss=self.abi.loss)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -520,6 +519,9 @@ class Trainer:
                 getattr(self.last_eval, "region", "live") != final_region:
             r = self.run_eval(final=True)
             self.log(f"final eval: {r.describe()}")
+        # segmentation / detection / regression: a picture of the first validation predictions
+        if save_predictions(self.last_eval, self.out / "predictions.png"):
+            self.log(f"wrote {self.out / 'predictions.png'}")
         self.save(complete=self.step >= self.total)
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
                            train_seconds=round(self.train_seconds, 3))
@@ -562,10 +564,16 @@ class Trainer:
         self.P = [up(m + (o - p)) for m, o, p in zip(master, _to_host(self.P), q)]
         return loss, correct
 
+    def step_masks(self) -> list[np.ndarray]:
+        """The dropout / drop-path masks of the current batch (lmc/masks.py), from (seed, epoch,
+        batch): a resumed run draws the same."""
+        from .masks import draw
+        return draw(self.abi.masks, self.cfg, self.cfg.seed, self.epoch, self.batch)
+
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
         nP, nO, nE = len(self.P), len(self.O), len(self.E)
-        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp)
+        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp, *self.step_masks())
         # results are device arrays: feed them straight back, no host copy
         self.P, self.O, self.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
         self.S = out[nP + nO + nE:-2]
@@ -577,7 +585,7 @@ class Trainer:
         k = self.abi.accum
         hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
         nP, nS = len(self.P), len(self.S)
-        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp)
+        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp, *self.step_masks())
         self.G, self.S = out[:nP], out[nP:nP + nS]
         if self.step % k == 0:
             nO, nE = len(self.O), len(self.E)
@@ -763,6 +771,7 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         eloss = abi(net).loss if net.spec.train is not None else None
     except LmcError:
         eloss = None
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss))
+    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss),
+                 loss=eloss)
     r.region = region
     return r

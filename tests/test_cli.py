@@ -324,18 +324,30 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
         f"warning: {spec}:{line}:5: not implemented yet: mamba_block (layer {i}): `lmc info` counts "
         f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it" for line, i in ((6, 1), (7, 2))]
     assert r.stderr.splitlines()[-1].endswith("ok — 5 layers, 1,818 parameters, output [4, 10]")
-    # recipe refusals (train.check_recipe) and a loss with no module in lmc/losses yet
-    r = run("validate", RECIPE, "--set", "train.use_tta=true", "--set", "train.loss_kind=yolov1_masked", "--set", "train.label_smoothing=0")
+    # recipe refusals (train.check_recipe) and a loss option that is not lowered yet
+    yolo = tmp_path / "yolo.yaml"
+    yolo.write_text(YOLO)
+    r = run("validate", yolo, "--set", "train.use_tta=true", "--set", "train.fpn_scales=[[4, [[1.0, 1.0]]]]")
     assert r.exit_code == 0
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
     assert len(warnings) == 2
-    assert warnings[0].startswith("warning: --set train.loss_kind: not implemented yet: loss yolov1_masked")
-    assert warnings[1] == f"warning: {RECIPE}:10:1: not implemented yet in lmc train: train.use_tta"
+    assert warnings[0].startswith("warning: --set train.fpn_scales: not implemented yet: train.fpn_scales "
+                                  "(with loss yolov1_masked)")
+    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.fpn_scales, train.use_tta"
     # and what validate warns of is exactly what render refuses
-    r2 = run("render", RECIPE, "--set", "train.loss_kind=yolov1_masked", "--set", "train.label_smoothing=0")
-    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.loss_kind: not implemented yet")
+    r2 = run("render", yolo, "--set", "train.fpn_scales=[[4, [[1.0, 1.0]]]]")
+    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.fpn_scales: not implemented yet")
     r = run("validate", RECIPE)
     assert r.exit_code == 0 and "warning:" not in r.stderr
+
+
+YOLO = """name: yolo
+input: {channels: 1, height: 8, width: 8}
+layers:
+  - conv_bn: {ic: 1, oc: 4, k_size: 3, stride: 2}
+  - conv2d: {ic: 4, oc: 13, k_size: 1, act: identity}
+train: {learning_rate: 0.01, batch_size: 4, epochs: 1, use_yolov1: true}
+"""
 
 
 def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path):
@@ -485,11 +497,14 @@ def test_missing_data_says_what_is_expected_and_that_lmc_never_downloads(fake_co
     assert fake_compiler == []
 
 
-def test_unimplemented_loss_has_a_hint():
-    r = run("render", RECIPE, "--set", "train.loss_kind=yolov1_masked", "--set", "train.label_smoothing=0")
+def test_unimplemented_loss_option_has_a_hint(tmp_path):
+    yolo = tmp_path / "yolo.yaml"
+    yolo.write_text(YOLO)
+    r = run("render", yolo, "--set", "train.fpn_scales=[[4, [[1.0, 1.0]]]]")
     assert r.exit_code == 2
-    hint = r.stderr.splitlines()[1]
-    assert hint.startswith("hint: lowered losses: ") and "class_ce" in hint and "yolov1_masked" not in hint
+    assert r.stderr.splitlines()[0].startswith("error: --set train.fpn_scales: not implemented yet: train.fpn_scales "
+                                               "(with loss yolov1_masked)")
+    assert r.stderr.splitlines()[1] == "hint: remove the field from the recipe (or set it to its default)"
 
 
 # ---------------------------------------------------------------- the update side of the recipe

@@ -58,8 +58,8 @@ def test_declared_label_abis():
             assert cls(LossKind(name)).labels(seg) == i32(2, 5, 7)
     assert all_losses()["bce"](LossKind("bce")).labels(head) == TensorType((2, 3), "f32")
     assert all_losses()["float_target_mse"](LossKind("float_target_mse")).labels(seg) == seg
-    with pytest.raises(NotImplementedError):       # not defined yet
-        all_losses()["yolov1_masked"](LossKind("yolov1_masked")).labels(seg)
+    # the grid target with the cell mask packed as its last channel
+    assert all_losses()["yolov1_masked"](LossKind("yolov1_masked")).labels(f32(2, 13, 5, 7)) == f32(2, 14, 5, 7)
 
 
 def _effective_loss_lines() -> set[int]:

@@ -135,7 +135,7 @@ def classifier_yaml(layers: list[tuple[str, dict]], x_dims, style: str, train: d
     """A spec: the given layers, then the loss case's head to NC classes (Loss.oracle_head:
     flatten if still an image, then dense; a per-pixel loss's 1×1 conv)."""
     text, out = _body_out(layers, x_dims, style)
-    extra = _loss_class(loss).oracle_head(out, NC)
+    extra = _loss_head(loss, out, train)
     assert extra is not None, f"{loss} cannot follow a body of output {out}"
     text += "\n".join(_layer_yaml(k, f) for k, f in extra) + "\n"
     return text + f"train: {_train_yaml(x_dims[0], train)}\n"
@@ -143,6 +143,14 @@ def classifier_yaml(layers: list[tuple[str, dict]], x_dims, style: str, train: d
 
 def _loss_class(loss: str):
     return lowered_losses()[loss.split("#")[0]]
+
+
+def _loss_head(loss: str, out, fields: dict):
+    """The loss's oracle head for a body of output `out`; a head that depends on the loss
+    case's recipe (yolo's anchors) takes its fields."""
+    head = _loss_class(loss).oracle_head
+    import inspect
+    return head(out, NC, fields) if "fields" in inspect.signature(head).parameters else head(out, NC)
 
 
 def _graph_key(net):
@@ -211,7 +219,7 @@ def _fits(cid, layers, x, style, loss, opt) -> bool:
     the body (a per-pixel loss needs an image), and an optimizer with a fallback (Muon,
     Shampoo) that applies to none of the net's tensors is refused by `assign`."""
     if (cid, loss, opt) not in _FITS:
-        if _loss_class(loss).oracle_head(_body_out(layers, x, style)[1], NC) is None:
+        if _loss_head(loss, _body_out(layers, x, style)[1], LOSSES[loss][0]) is None:
             _FITS[cid, loss, opt] = False
         elif _opt_class(opt).fallback is None:
             _FITS[cid, loss, opt] = True
@@ -260,11 +268,14 @@ def _params():
 # ----------------------------------------------------------------------------- the JAX oracle
 
 
-def jax_forward(net, params: dict, x, state: dict | None = None):
+def jax_forward(net, params: dict, x, state: dict | None = None, masks: list | None = None):
     """Evaluate the net's primitive graph with the primitives' references in jax.numpy.
     state None: training (each primitive's batch statistics, from `stats_reference`, are
-    returned by state name); else eval (`eval_reference` with the running state)."""
+    returned by state name); else eval (`eval_reference` with the running state).  masks: the
+    dropout / drop-path masks in Abi order (None: all ones, as @forward)."""
     vals = {net.graph.x.id: x}
+    for i, m in enumerate(net.graph.masks):
+        vals[m.value.id] = jnp.ones(m.value.type.dims) if masks is None else masks[i]
     stats = {}
     for node in net.graph.nodes:
         prim = node.prim

@@ -166,3 +166,129 @@ def test_segmentation_trains_and_reports_miou(tmp_path):
     assert scored["miou"] == pytest.approx(evals[-1]["miou"]) and scored["pixel_acc"] == evals[-1]["pixel_acc"]
     r = CliRunner().invoke(app, ["plot", str(run)])
     assert r.exit_code == 0 and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------- detection metrics
+
+
+def test_nms_keeps_the_best_of_overlapping_boxes():
+    from lmc.metrics import nms
+    boxes = np.array([[0, 0, 1, 1], [0.05, 0, 1.05, 1], [2, 2, 3, 3]], float)
+    assert list(nms(boxes, np.array([0.5, 0.9, 0.1]), 0.5)) == [1, 2]
+    assert list(nms(boxes, np.array([0.5, 0.9, 0.1]), 0.99)) == [1, 0, 2]
+
+
+def test_map_of_perfect_and_of_wrong_class_predictions():
+    pytest.importorskip("pycocotools")
+    from lmc.data.digits_seg import load_det
+    from lmc.metrics import DetResult
+    ds = load_det()
+    t = ds.y_val[:16]
+    loss = loss_for(LossKind("yolov1_masked"))
+    z = t[:, :20].copy()
+    z[:, 10:20] *= 20.0                                # the true class, confidently
+    r = DetResult(loss)
+    r.add(z, t)
+    m50, m = r.maps()
+    assert m50 == pytest.approx(1.0) and m == pytest.approx(1.0)
+    assert len(r.gts) == 16 and sum(len(g[1]) for g in r.gts) == int(t[:, 20].sum())
+    wrong = z.copy()
+    wrong[:, 10:20] = np.roll(z[:, 10:20], 1, axis=1)  # every box right, every class wrong
+    r = DetResult(loss)
+    r.add(wrong, t)
+    assert r.maps() == (0.0, 0.0)
+
+
+def test_digits_det_targets_fit_the_boxes():
+    from lmc.data.digits_seg import load_det
+    ds = load_det()
+    t = ds.y_train[:50]
+    m = t[:, 20] > 0.5
+    assert ds.label_format == BOXES and t.shape == (50, 21, 8, 8)
+    assert (t[:, 4][m] == 1).all() and (t[:, 0:2].transpose(0, 2, 3, 1)[m] >= 0).all()
+    assert (t[:, 0:2].transpose(0, 2, 3, 1)[m] < 1).all()              # the centre lies in its cell
+    assert (t[:, 10:20].sum(axis=1)[m] == 1).all() and (t[:, 10:20].sum(axis=1)[~m] == 0).all()
+
+
+# ---------------------------------------------------------------- the reference's .bin sets
+
+
+def _bin(path, records: list[bytes]):
+    path.write_bytes(np.uint32(len(records)).tobytes() + b"".join(records))
+
+
+def test_pets_and_brats_records(tmp_path):
+    rng = np.random.default_rng(0)
+    s = 6
+    img = [rng.integers(0, 256, 3 * s * s, dtype=np.uint8) for _ in range(3)]
+    mask = [rng.integers(0, 3, s * s, dtype=np.uint8) for _ in range(3)]
+    for split in ("train", "val"):
+        _bin(tmp_path / f"{split}.bin", [i.tobytes() + m.tobytes() for i, m in zip(img, mask)])
+    ds = load_dataset("pets", tmp_path, (3, s, s), 3)
+    assert ds.label_format == MASK and ds.x_train.shape == (3, 3, s, s) and ds.y_val.shape == (3, s, s)
+    np.testing.assert_array_equal(ds.y_train[1].ravel(), mask[1])
+    want = (img[2].reshape(3, s, s) / 255.0 - np.array([0.485, 0.456, 0.406])[:, None, None]) / \
+        np.array([0.229, 0.224, 0.225])[:, None, None]
+    np.testing.assert_allclose(ds.x_train[2], want, rtol=1e-5)
+    b = tmp_path / "brats"
+    b.mkdir()
+    vol = [rng.integers(0, 256, 4 * s * s, dtype=np.uint8) for _ in range(2)]
+    seg = [rng.integers(0, 4, s * s, dtype=np.uint8) for _ in range(2)]
+    for split in ("train", "val"):
+        _bin(b / f"{split}.bin", [v.tobytes() + m.tobytes() for v, m in zip(vol, seg)])
+    ds = load_dataset("brats224", b, (4, s, s), 4)
+    np.testing.assert_allclose(ds.x_val[0].ravel(), (vol[0].astype(float) - 128) * 5 / 127, rtol=1e-6)
+    assert set(np.unique(ds.y_train)) <= {0, 1, 2, 3}
+    # a truncated file names itself
+    (b / "val.bin").write_bytes((b / "val.bin").read_bytes()[:-5])
+    with pytest.raises(DataError, match=f"{b / 'val.bin'}: .* do not split into 2 records"):
+        load_dataset("brats", b, (4, s, s), 4)
+
+
+def test_pets_det_records(tmp_path):
+    rng = np.random.default_rng(1)
+    s = 8
+    recs, targets = [], []
+    for _ in range(2):
+        t = rng.random((30, 7, 7), dtype=np.float32)
+        m = (rng.random((7, 7)) < 0.2).astype(np.float32)
+        targets.append((t, m))
+        label = t.astype("<f4").tobytes() + m.astype("<f4").tobytes() + np.uint32(1).tobytes() + bytes(56 * 20)
+        assert len(label) == 7200
+        recs.append(rng.integers(0, 256, 3 * s * s, dtype=np.uint8).tobytes() + label)
+    for split in ("train", "val"):
+        _bin(tmp_path / f"{split}.bin", recs)
+    ds = load_dataset("pets_det", tmp_path, (3, s, s), None)
+    assert ds.label_format == BOXES and ds.y_train.shape == (2, 31, 7, 7)
+    np.testing.assert_array_equal(ds.y_train[1, :30], targets[1][0])
+    np.testing.assert_array_equal(ds.y_train[1, 30], targets[1][1])
+
+
+def test_anchor_targets_decode_to_their_own_boxes():
+    pytest.importorskip("pycocotools")
+    from lmc.config import TrainConfig
+    from lmc.metrics import DetResult
+    cfg = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, use_yolov1=True, anchors=((0.5, 0.5), (1.0, 2.0)))
+    loss = loss_for(LossKind("yolov1_masked"), cfg)
+    rng = np.random.default_rng(3)
+    t = np.zeros((4, 2 * 8, 3, 3), np.float32)        # 2 anchors × (5 + 3 classes)
+    for k, (aw, ah) in enumerate(((0.5, 0.5), (1.0, 2.0))):
+        o = 8 * k
+        m = rng.random((4, 3, 3)) < 0.3
+        t[:, o + 4] = m
+        t[:, o:o + 2] = rng.uniform(0.1, 0.9, (4, 2, 3, 3))
+        t[:, o + 2] = aw * rng.uniform(0.5, 1.5, (4, 3, 3))
+        t[:, o + 3] = ah * rng.uniform(0.5, 1.5, (4, 3, 3))
+        t[:, o + 5:o + 8] = rng.integers(0, 3, (4, 3, 3))[:, None] == np.arange(3)[None, :, None, None]
+    # the logits that decode exactly to the targets: σ⁻¹ of the offsets, log(w/a), confident class
+    z = t.copy()
+    for k, (aw, ah) in enumerate(((0.5, 0.5), (1.0, 2.0))):
+        o = 8 * k
+        z[:, o:o + 2] = np.log(t[:, o:o + 2] / (1 - t[:, o:o + 2]))
+        z[:, o + 2], z[:, o + 3] = np.log(t[:, o + 2] / aw), np.log(t[:, o + 3] / ah)
+        z[:, o + 4] = np.where(t[:, o + 4] > 0, 8.0, -8.0)
+        z[:, o + 5:o + 8] = 20 * t[:, o + 5:o + 8]
+    r = DetResult(loss)
+    r.add(z, t)
+    assert sum(len(g[1]) for g in r.gts) == int(t[:, [4, 12]].sum()) > 0
+    assert r.maps()[0] == pytest.approx(1.0)

@@ -215,7 +215,7 @@ def test_dataset_forms_and_errors():
     assert load(MLP + "dataset: petsDet\n").dataset == DatasetKind.pets_det
     assert {d.value for d in DatasetKind} == {"mnist", "cifar10", "imagenette", "pets", "imagenet", "pets_det",
                                               "brats", "brats224", "digits", "npz", "synthetic",
-                                                  "digits_seg", "digits_denoise", "text"}
+                                                  "digits_seg", "digits_denoise", "digits_det", "text"}
     e = error(MLP + "dataset: cifar\n")
     assert e.message.startswith("dataset: expected one of mnist, cifar10, ")
     assert e.loc.line == 5
@@ -615,7 +615,14 @@ def test_swag_requires_swa():
 def test_other_rules():
     assert rule_errors("  use_muon: true\n  use_shampoo: true\n") == [(6, "use_muon and use_shampoo are exclusive")]
     assert rule_errors("  bf16_conv: true\n") == [(5, "bf16_conv is only meaningful with bf16: true")]
-    assert rule_errors("  warmup_epochs: 11\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
+    assert rule_errors("  warmup_epochs: 11\n  cosine_decay: true\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
+    assert rule_errors("  warmup_epochs: 2\n") == [
+        (5, "warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)")]
+    # an optimizer field the chosen optimizer does not read
+    assert rule_errors("  use_adam: true\n  momentum: 0.9\n") == [
+        (6, "momentum is read by muon, rmsprop, sgd, not by the optimizer adam (use_adam)")]
+    assert rule_errors("  momentum: 0.9\n  optimizer: rmsprop\n  rmsprop_eps: 0.01\n") == []
     assert rule_errors("  use_yolov1: true\n  loss_kind: bce\n") == [(6, "use_yolov1 conflicts with loss_kind bce")]
     assert rule_errors("  use_yolov1: true\n  use_cutmix: true\n") == [
         (5, "yolov1_masked (use_yolov1) cannot be combined with mixup/cutmix/knn-mixup")]

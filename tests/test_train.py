@@ -304,13 +304,15 @@ def test_ctrl_c_checkpoints_mid_epoch_and_resume_matches(kill_setup):
 # ------------------------------------------------------------------------------------ demo specs
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,floor", [("digits_mlp", 0.97), ("digits_cnn", 0.98)])
-def test_digits_specs_reach_their_accuracy(tmp_path, name, floor):
-    """The demo recipes (fixed seed) reach ≥ 97% (MLP) / ≥ 98% (CNN) test top-1 in < 2 min."""
+@pytest.mark.parametrize("name,floor,limit", [("digits_mlp", 0.97, 120), ("digits_cnn", 0.98, 120),
+                                              ("digits_mobile", 0.98, 300)])
+def test_digits_specs_reach_their_accuracy(tmp_path, name, floor, limit):
+    """The demo recipes (fixed seed) reach ≥ 97% (MLP) / ≥ 98% (CNN, MBConv+SE) test top-1 in
+    < 2 min (< 5 min for digits_mobile, the issue's bound: its compile is most of it)."""
     t0 = time.time()
     code, out = lmc("train", ROOT / "specs" / f"{name}.yaml", "--out", tmp_path / "run")
     assert code == 0, out
-    assert time.time() - t0 < 120
+    assert time.time() - t0 < limit
     ev = records(tmp_path / "run", "eval")[-1]
     assert ev["n"] == 360 and ev["top1"] >= floor, ev
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, synthetic, text
+from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, seg_bins, synthetic, text
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
 from lmc.errors import DataError
@@ -25,11 +25,11 @@ from lmc.errors import DataError
 __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
 
 KINDS = ("mnist", "cifar10", "imagenette", "imagenet", "npz", "synthetic", "digits", "digits_seg", "digits_denoise",
-         "text")
-# Kinds built in memory, needing no files (digits_seg/digits_denoise: lmc/data/digits_seg.py).
-EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "text")   # text: the embedded corpus
+         "digits_det", "pets", "brats", "brats224", "pets_det", "text")
+# Kinds built in memory, needing no files (digits_seg/digits_denoise/digits_det: lmc/data/digits_seg.py).
+EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "digits_det", "text")   # text: the embedded corpus
 # Kinds the reference knows (training.md §4) that lmc does not load yet.
-UNSUPPORTED = ("pets", "pets_det", "brats", "brats224")
+UNSUPPORTED = ()
 
 
 def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
@@ -80,6 +80,8 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> D
         return digits_seg.load_seg()
     if kind == "digits_denoise":
         return digits_seg.load_denoise()
+    if kind == "digits_det":
+        return digits_seg.load_det()
     if kind == "text":           # a path, or the embedded corpus without one
         return text.load(Path(path).expanduser() if path is not None else None, input_shape)
     if path is None:
@@ -87,6 +89,8 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> D
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "
                              f"lmc never downloads data (`dataset: digits` and `dataset: synthetic` need no files)")
     path = Path(path).expanduser()
+    if kind in ("pets", "brats", "brats224", "pets_det"):
+        return seg_bins.load(kind, path)
     if kind in ("imagenette", "imagenet"):
         # imagenet (1.28 M images, ~938 GiB as f32 at 224²) cannot be preloaded: it always streams
         return imagenette.load(path, input_shape, True if kind == "imagenet" else stream, kind)

@@ -1,9 +1,79 @@
-"""yolov1_masked (declared, not lowered yet): YOLOv1's 5-term masked MSE over box targets
-(losses.md §1).  Its label ABI is not defined in lmc yet: the seed feeds a target
-[B, perCell, gH, gW] and a cell mask [B, gH, gW] (single box), or [B, A·15, gH, gW] (anchors)."""
+"""yolov1_masked: YOLOv1's masked loss over a grid head, single box per cell (losses.md §6).
+
+Net output (lmc's layout: a fully-convolutional head, no reshape of a flat dense output)
+z [B, P, gH, gW], P = 10 + NC: channels [0, 2) box0 x, y (offsets in the cell), [2, 4) box0
+w, h (image-relative), 4 box0 confidence, [5, 9) box1 x, y, w, h (never optimized: zero
+gradient), 9 box1 confidence (always no-object), [10, P) class scores.
+Labels t [B, P + 1, gH, gW] f32: the target in the same layout, with the cell mask m (1 where a
+ground-truth centre falls) as the last channel (the seed's separate %m_yolo, packed here).
+λc = 5, λn = 0.5, ε = 1e-6;  L = (T1 + … + T6)/B,  each a sum over cells:
+  T1 = λc Σ m·‖xy_p − xy_t‖²          T2 = λc Σ m·‖√max(wh_p, ε) − √max(wh_t, ε)‖²
+  T3 = Σ m·(c0 − 1)²                  T4 = λn Σ (1 − m)·c0²          T5 = λn Σ c1²
+  T6 = −Σ m·Σ_c t_c·log_softmax(cls)_c
+use_focal (§6.1, γ = focal_gamma): T3..T5 become sigmoid focal BCE on the confidence logits,
+the focal weight detached (the seed's seed, not the exact gradient of the reported loss).
+use_diou_box (§6.2): T1 + T2 become λc Σ m·(1 − DIoU) with the σ/exp parameterization, hand-
+derived backward; decoding then uses the same parameterization.
+anchors [[a_w, a_h], …] (§7): the A-anchor path, head and labels [B, A·(5 + NC), gH, gW] per
+anchor [tx, ty, tw, th, obj, classes] (the mask is the target's obj channel): per slot the DIoU
+box term with its prior, detached focal objectness (α = 1 / λn, γ = focal_gamma) and the masked
+class CE, × yolo_cls_weights[c_true] when given.
+Not lowered yet (refused, never ignored): fpn_scales (the multi-scale path), yolo_cls_focal_gamma,
+yolo_cls_weights without anchors."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..types import TensorType, f32, flt
 from . import BOXES, Loss, Rule, register
+
+LAMBDA_COORD, LAMBDA_NOOBJ, EPS = 5.0, 0.5, 1e-6
+BOX_CH = 10                   # channels before the class scores (2 boxes × 5)
+W_FLOOR = 1e-12               # the focal weight's floor (§6.1)
+SLOT_MIN = 6                  # an anchor slot: tx, ty, tw, th, obj and at least one class
+EXP_CAP = 8.0                 # tw, th are capped before exp (iree.md §5 #16: exp overflow → NaN)
+TINY = 1e-9                   # the DIoU union and enclosing diagonal are clamped at this
+
+
+def diou(xp, z, t, aw=1.0, ah=1.0):
+    """DIoU of box0 per cell [B, gH, gW] (losses.md §6.2): prediction cx = (j + σ(tx))/gW,
+    cy = (i + σ(ty))/gH, w = exp(min(tw, 8)), h = exp(min(th, 8)); target cx = (j + x)/gW, …"""
+    gh, gw = z.shape[2:]
+    ii = xp.arange(gh).reshape(1, gh, 1)
+    jj = xp.arange(gw).reshape(1, 1, gw)
+    cx, cy = (jj + 1 / (1 + xp.exp(-z[:, 0]))) / gw, (ii + 1 / (1 + xp.exp(-z[:, 1]))) / gh
+    w, h = aw * xp.exp(xp.minimum(z[:, 2], EXP_CAP)), ah * xp.exp(xp.minimum(z[:, 3], EXP_CAP))
+    cxt, cyt, wt, ht = (jj + t[:, 0]) / gw, (ii + t[:, 1]) / gh, t[:, 2], t[:, 3]
+    iw = xp.maximum(xp.minimum(cx + w / 2, cxt + wt / 2) - xp.maximum(cx - w / 2, cxt - wt / 2), 0.0)
+    ih = xp.maximum(xp.minimum(cy + h / 2, cyt + ht / 2) - xp.maximum(cy - h / 2, cyt - ht / 2), 0.0)
+    inter = iw * ih
+    union = xp.maximum(w * h + wt * ht - inter, TINY)
+    ew = xp.maximum(cx + w / 2, cxt + wt / 2) - xp.minimum(cx - w / 2, cxt - wt / 2)
+    eh = xp.maximum(cy + h / 2, cyt + ht / 2) - xp.minimum(cy - h / 2, cyt - ht / 2)
+    c2 = xp.maximum(ew ** 2 + eh ** 2, TINY)
+    return inter / union - ((cx - cxt) ** 2 + (cy - cyt) ** 2) / c2
+
+
+def _detach(xp, v):
+    """The focal weight as a constant of the gradient (stop_gradient under JAX)."""
+    if xp.__name__.startswith("jax"):
+        import jax
+        return jax.lax.stop_gradient(v)
+    return v
+
+
+def _decode_slot(z, aw, ah):
+    """One anchor slot [B, 5 + NC, gH, gW] → (boxes [B, cells, 4], scores, classes), the σ/exp
+    parameterization of its DIoU term, score = σ(obj) × top class probability."""
+    b, s, gh, gw = z.shape
+    ii, jj = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    sig = lambda v: 1 / (1 + np.exp(-v))      # noqa: E731
+    cx, cy = (jj + sig(z[:, 0])) / gw, (ii + sig(z[:, 1])) / gh
+    w, h = aw * np.exp(np.minimum(z[:, 2], EXP_CAP)), ah * np.exp(np.minimum(z[:, 3], EXP_CAP))
+    c = z[:, 5:] - z[:, 5:].max(axis=1, keepdims=True)
+    prob = np.exp(c) / np.exp(c).sum(axis=1, keepdims=True)
+    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(b, -1, 4)
+    return boxes, (sig(z[:, 4]) * prob.max(axis=1)).reshape(b, -1), prob.argmax(axis=1).reshape(b, -1)
 
 
 @register("yolov1_masked")
@@ -12,8 +82,28 @@ class YoloV1Masked(Loss):
     label_format = BOXES
     # on the yolo path use_focal switches objectness to focal BCE
     accepts_focal = True
-    logits_rank = None            # the grid head's layout is not defined yet: no rule
+    logits_rank = 4
+    logits_layout = "a grid head [batch, 10 + classes, gH, gW]"
+    rank_hint = "end the net with a conv2d to 10 + classes channels (box0 xywh c0, box1 xywh c1, classes)"
     dataset_need = "needs the yolov1_masked loss (use_yolov1: true)"
+    counts_correct = False        # no in-loop metric (losses.md §9): detection is scored by mAP
+    oracle_net = ([("conv2d", {"ic": 2, "oc": 4, "k_size": 3, "act": "relu"})], (2, 2, 3, 4))
+    examples = [({"loss_kind": "yolov1_masked"}, [("", {})]),
+                ({"loss_kind": "yolov1_masked", "use_focal": True}, [("", {}), ("g0.5", {"focal_gamma": 0.5})]),
+                ({"loss_kind": "yolov1_masked", "use_diou_box": True}, [("", {})]),
+                ({"loss_kind": "yolov1_masked", "anchors": "[[0.5, 0.8], [1.2, 0.6]]", "focal_gamma": 1.5},
+                 [("", {}), ("g0", {"focal_gamma": 0.0})]),
+                ({"loss_kind": "yolov1_masked", "anchors": "[[0.7, 0.7]]", "yolo_cls_weights": "[1, 3, 0.5]"},
+                 [("", {})])]
+
+    def __init__(self, kind, cfg=None):
+        super().__init__(kind, cfg)
+        self.focal = bool(cfg is not None and cfg.use_focal)
+        self.diou = bool(cfg is not None and cfg.use_diou_box)
+        # the A-anchor path (losses.md §7): anchors [[a_w, a_h], …]; its objectness is focal
+        self.anchors = tuple(tuple(a) for a in cfg.anchors) if cfg is not None else ()
+        self.cls_weights = tuple(cfg.yolo_cls_weights) if cfg is not None else ()
+        self.hp = ("focal_gamma",) if self.focal or self.anchors else ()
 
     def rules(self, cfg, soft_aug):
         out = []
@@ -25,5 +115,195 @@ class YoloV1Masked(Loss):
             out.append(Rule("yolov1_masked (use_yolov1) requires label_smoothing = 0", "label_smoothing"))
         return out
 
+    def refused(self, cfg):
+        out = [f for f in ("fpn_scales", "yolo_cls_focal_gamma") if getattr(cfg, f)]
+        if cfg.yolo_cls_weights and not cfg.anchors:
+            out.append("yolo_cls_weights")      # the seed weighs the anchor path's class term only
+        return out
+
+    def check_output(self, out):
+        why = super().check_output(out)
+        if why is not None:
+            return why
+        c = out.dims[1]
+        if self.anchors:
+            a = len(self.anchors)
+            if c % a or c // a < SLOT_MIN:
+                return (f"{self.kind} with {a} anchors needs a head of {a}·(5 + classes) channels "
+                        f"[tx, ty, tw, th, obj, classes per anchor], but the net's output has {c}")
+            if self.cls_weights and len(self.cls_weights) != c // a - 5:
+                return f"yolo_cls_weights has {len(self.cls_weights)} weights but the head has {c // a - 5} classes"
+        elif c <= BOX_CH:
+            return f"{self.kind} needs {self.logits_layout}, but the net's output has {c} channels"
+        return None
+
+    @staticmethod
+    def oracle_head(out, nc, fields=None):
+        if out.rank != 4:
+            return None
+        anchors = (fields or {}).get("anchors")
+        if isinstance(anchors, str):              # as the example writes it, YAML flow text
+            import yaml
+            anchors = yaml.safe_load(anchors)
+        oc = len(anchors) * (5 + nc) if anchors else BOX_CH + nc
+        return [("conv2d", {"ic": out.dims[1], "oc": oc, "k_size": 1, "act": "identity"})]
+
     def labels(self, out):
-        raise NotImplementedError("lmc bug: yolov1_masked's label ABI is not defined yet (it is not lowered)")
+        if self.anchors:                  # the target's objectness channels are the masks
+            return out
+        b, p, gh, gw = out.dims
+        return f32(b, p + 1, gh, gw)
+
+    def context(self, logits, labels):
+        b, p, gh, gw = logits.dims
+
+        def sl(lo, hi):
+            return f"[0:{b}, {lo}:{hi}, 0:{gh}, 0:{gw}]"
+
+        def t(c):
+            return f32(b, c, gh, gw).mlir
+        slot = p // len(self.anchors) if self.anchors else 0
+        anchor_ctx = {"anchors": bool(self.anchors), "slot": slot,
+                      "anchor_slots": [{"off": k * slot, "aw": flt(aw), "ah": flt(ah)}
+                                       for k, (aw, ah) in enumerate(self.anchors)],
+                      "slab": f32(b, slot, gh, gw).mlir,
+                      "cls_weights": "[" + ", ".join(flt(w) for w in self.cls_weights) + "]" if self.cls_weights else "",
+                      "cwt": f32(max(slot - 5, 1)).mlir}
+        return {**anchor_ctx, "b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal, "diou": self.diou, "gh": gh, "gw": gw,
+                "inv_gh": flt(1.0 / gh), "inv_gw": flt(1.0 / gw), "cmask": TensorType((b, gh, gw), "i1").mlir,
+                "s1": t(1), "s2": t(2), "s4": t(4), "sc": t(slot - 5 if self.anchors else p - BOX_CH),
+                "cell": f32(b, gh, gw).mlir,
+                "sl_xy": sl(0, 2), "sl_wh": sl(2, 4), "sl_c0": sl(4, 5), "sl_c1": sl(9, 10), "sl_cls": sl(BOX_CH, p),
+                "sl_m": sl(p, p + 1), "lc": flt(LAMBDA_COORD), "ln": flt(LAMBDA_NOOBJ), "eps": flt(EPS),
+                "inv_b": flt(1.0 / b), "w_floor": flt(W_FLOOR)}
+
+    def fit_labels(self, y, num_classes, cfg):
+        return np.ascontiguousarray(y, np.float32)
+
+    def draw_labels(self, rng, labels, logits):
+        if self.anchors:
+            b, c, gh, gw = labels.dims
+            s = c // len(self.anchors)
+            t = np.zeros(labels.dims, np.float32)
+            for k in range(len(self.anchors)):
+                o = k * s
+                t[:, o:o + 2] = rng.random((b, 2, gh, gw))
+                t[:, o + 2:o + 4] = rng.uniform(0.05, 1.0, (b, 2, gh, gw))
+                t[:, o + 4] = rng.random((b, gh, gw)) < 0.4
+                cls = rng.integers(0, s - 5, (b, gh, gw))
+                t[:, o + 5:o + s] = cls[:, None] == np.arange(s - 5)[None, :, None, None]
+            return t
+        b, p1, gh, gw = labels.dims
+        nc = p1 - 1 - BOX_CH
+        t = np.zeros(labels.dims, np.float32)
+        m = (rng.random((b, gh, gw)) < 0.4).astype(np.float32)
+        t[:, 0:2] = rng.random((b, 2, gh, gw))
+        t[:, 2:4] = rng.uniform(0.05, 1.0, (b, 2, gh, gw))
+        t[:, 4] = m
+        t[:, 5:9] = rng.random((b, 4, gh, gw))
+        cls = rng.integers(0, nc, (b, gh, gw))
+        t[:, BOX_CH:BOX_CH + nc] = (cls[:, None] == np.arange(nc)[None, :, None, None])
+        t[:, -1] = m
+        return t
+
+    def reference(self, xp, logits, labels, focal_gamma=None):
+        if self.anchors:
+            return self._anchor_reference(xp, logits, labels, focal_gamma)
+        b, p = logits.shape[:2]
+        z, t = logits, labels
+        m = t[:, p]
+        if self.diou:
+            t1, t2 = LAMBDA_COORD * (m * (1.0 - diou(xp, z, t))).sum(), 0.0
+        else:
+            t1 = LAMBDA_COORD * (m * ((z[:, 0:2] - t[:, 0:2]) ** 2).sum(axis=1)).sum()
+            sq = xp.sqrt(xp.maximum(z[:, 2:4], EPS)) - xp.sqrt(xp.maximum(t[:, 2:4], EPS))
+            t2 = LAMBDA_COORD * (m * (sq ** 2).sum(axis=1)).sum()
+        c0, c1 = z[:, 4], z[:, 9]
+        if focal_gamma is None:
+            obj = (m * (c0 - 1) ** 2).sum() + LAMBDA_NOOBJ * ((1 - m) * c0 ** 2).sum() + LAMBDA_NOOBJ * (c1 ** 2).sum()
+        else:
+            def bce(zz, tt):
+                return xp.maximum(zz, 0.0) - zz * tt + xp.log1p(xp.exp(-xp.abs(zz)))
+            p0, p1 = 1 / (1 + xp.exp(-c0)), 1 / (1 + xp.exp(-c1))
+            pt = m * p0 + (1 - m) * (1 - p0)
+            w0 = _detach(xp, xp.maximum(1 - pt, W_FLOOR) ** focal_gamma)
+            w1 = _detach(xp, xp.maximum(p1, W_FLOOR) ** focal_gamma)
+            a0 = m + LAMBDA_NOOBJ * (1 - m)
+            obj = (a0 * w0 * bce(c0, m)).sum() + LAMBDA_NOOBJ * (w1 * bce(c1, 0.0)).sum()
+        cz = z[:, BOX_CH:p]
+        cz = cz - cz.max(axis=1, keepdims=True)
+        logp = cz - xp.log(xp.exp(cz).sum(axis=1, keepdims=True))
+        t6 = -(m * (t[:, BOX_CH:p] * logp).sum(axis=1)).sum()
+        return (t1 + t2 + obj + t6) / b
+
+    def _anchor_reference(self, xp, z, t, gamma):
+        """Σ over anchor slots: λc·m·(1 − DIoU with the slot's prior) + focal objectness (α = 1 on
+        assigned cells, λn elsewhere, the weight detached) + m·ω·class CE; / B."""
+        b, c = z.shape[:2]
+        s = c // len(self.anchors)
+        total = 0.0
+        for k, (aw, ah) in enumerate(self.anchors):
+            zs, ts = z[:, k * s:(k + 1) * s], t[:, k * s:(k + 1) * s]
+            m = ts[:, 4]
+            total = total + LAMBDA_COORD * (m * (1.0 - diou(xp, zs, ts, aw, ah))).sum()
+            o = zs[:, 4]
+            p0 = 1 / (1 + xp.exp(-o))
+            pt = m * p0 + (1 - m) * (1 - p0)
+            w0 = _detach(xp, xp.maximum(1 - pt, W_FLOOR) ** gamma)
+            bce = xp.maximum(o, 0.0) - o * m + xp.log1p(xp.exp(-xp.abs(o)))
+            total = total + ((m + LAMBDA_NOOBJ * (1 - m)) * w0 * bce).sum()
+            cz = zs[:, 5:] - zs[:, 5:].max(axis=1, keepdims=True)
+            logp = cz - xp.log(xp.exp(cz).sum(axis=1, keepdims=True))
+            om = (ts[:, 5:] * xp.asarray(self.cls_weights, z.dtype).reshape(1, -1, 1, 1)).sum(axis=1) \
+                if self.cls_weights else 1.0
+            total = total - (m * om * (ts[:, 5:] * logp).sum(axis=1)).sum()
+        return total / b
+
+    @staticmethod
+    def correct_reference(logits, labels):
+        return 0, 0
+
+    def decode(self, z: np.ndarray):
+        """Predictions z [B, P, gH, gW] → per cell boxes [B, gH·gW, 4] (x0, y0, x1, y1 in image
+        units [0, 1]), scores [B, gH·gW] = confidence × top class probability (the confidence
+        through σ when use_focal trained it as a logit, as the loss reads it) and classes; box0
+        only (box1 is never trained)."""
+        b, p, gh, gw = z.shape
+        z = z.astype(np.float64)
+        if self.anchors:                  # per anchor slot, its prior, σ on the objectness logit
+            s = p // len(self.anchors)
+            parts = [_decode_slot(z[:, k * s:(k + 1) * s], aw, ah) for k, (aw, ah) in enumerate(self.anchors)]
+            return tuple(np.concatenate(x, axis=1) for x in zip(*parts))
+        conf = 1 / (1 + np.exp(-z[:, 4])) if self.focal else np.clip(z[:, 4], 0.0, 1.0)
+        c = z[:, BOX_CH:p] - z[:, BOX_CH:p].max(axis=1, keepdims=True)
+        prob = np.exp(c) / np.exp(c).sum(axis=1, keepdims=True)
+        ii, jj = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+        if self.diou:                     # the σ/exp parameterization the DIoU term trains
+            cx, cy = (jj + 1 / (1 + np.exp(-z[:, 0]))) / gw, (ii + 1 / (1 + np.exp(-z[:, 1]))) / gh
+            w, h = np.exp(np.minimum(z[:, 2], EXP_CAP)), np.exp(np.minimum(z[:, 3], EXP_CAP))
+        else:
+            cx, cy = (jj + z[:, 0]) / gw, (ii + z[:, 1]) / gh
+            w, h = np.clip(z[:, 2], 0.0, 1.0), np.clip(z[:, 3], 0.0, 1.0)
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(b, -1, 4)
+        return boxes, (conf * prob.max(axis=1)).reshape(b, -1), prob.argmax(axis=1).reshape(b, -1)
+
+    def ground_truth(self, t: np.ndarray):
+        """Labels t → per image (boxes [n, 4] in image units, classes [n]): single box
+        [B, P + 1, gH, gW] (mask last), or per anchor slot (its objectness channel)."""
+        b, c, gh, gw = t.shape
+        if self.anchors:
+            s = c // len(self.anchors)
+            slots = [(k * s, k * s + 4, k * s + 5, (k + 1) * s) for k in range(len(self.anchors))]
+        else:
+            slots = [(0, c - 1, BOX_CH, c - 1)]
+        out = []
+        for k in range(b):
+            boxes, classes = [], []
+            for o, mch, c0, c1 in slots:
+                ii, jj = np.nonzero(t[k, mch] > 0.5)
+                x, y, w, h = (t[k, o + d, ii, jj].astype(np.float64) for d in range(4))
+                cx, cy = (jj + x) / gw, (ii + y) / gh
+                boxes.append(np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(-1, 4))
+                classes.append(t[k, c0:c1, ii, jj].argmax(axis=-1) if len(ii) else np.zeros(0, np.int64))
+            out.append((np.concatenate(boxes), np.concatenate(classes)))
+        return out
