@@ -53,8 +53,8 @@ WHERE: dict[str, str] = {
     "use_diou_box": "YOLO loss: DIoU box term; refused without the YOLO loss",
     "anchors": "YOLO loss: anchor path; refused without the YOLO loss",
     "fpn_scales": "YOLO loss: multi-scale path; refused without fpn_detect",
-    "yolo_cls_weights": "YOLO loss: class weights; refused without the YOLO loss",
-    "yolo_cls_focal_gamma": "YOLO loss: class focal γ; refused without the YOLO loss",
+    "yolo_cls_weights": "YOLO loss, anchor path: class weights; refused elsewhere",
+    "yolo_cls_focal_gamma": "YOLO loss, anchor path: class focal γ; refused elsewhere",
     # the data (data/batcher.py, mix.py, policy.py)
     "augment": "batcher: pad-crop (or random crop) + horizontal flip",
     "random_erasing": "batcher: random erasing",
