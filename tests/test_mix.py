@@ -149,6 +149,17 @@ def test_policy_renormalizes_with_the_dataset_statistics():
     assert same.sum() >= 4
 
 
+def test_every_op_at_every_level_runs():
+    img = pol._to_pil(np.random.default_rng(0).uniform(0, 1, (3, 9, 9)).astype(np.float32))
+    rng = np.random.default_rng(0)
+    for name in pol.RAND_OPS:
+        for level in (0.0, 5.0, 10.0):
+            for inc in (False, True):
+                assert pol.OPS[name](img, pol.timm_arg(name, level, inc, img.size, rng)).size == img.size
+        for level in range(10):
+            assert pol.OPS[name](img, pol.tv_arg(name, level, img.size, rng)).size == img.size
+
+
 def test_policies_refuse_what_pillow_cannot_take():
     four = images(n=8, c=4)
     cfg = type("C", (), dict(use_auto_augment=True, use_rand_augment=False))
