@@ -213,7 +213,7 @@ DEPENDS = {
 }
 
 
-# Options of the YOLOv1 loss (losses/yolov1_masked.py): refused under any other loss.
+# Options of the YOLOv1 loss (the box-target loss in lmc/losses): refused under any other loss.
 YOLO_FIELDS = ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma")
 
 
@@ -344,7 +344,7 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
         if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
             err(f"{name} has no effect without {switch}: true", name, also=(switch,),
                 hint=f"set {switch}: true, or drop {name}")
-    if kind.kind != "yolov1_masked":
+    if loss.label_format != BOXES:            # the YOLO loss is the one of box targets
         for name in YOLO_FIELDS:
             if getattr(cfg, name) != TRAIN_FIELDS[name][1]:
                 err(f"{name} is a YOLOv1-loss option, but the loss is {kind.kind}", name,
@@ -410,7 +410,7 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
     if output_dims is not None:
         why = loss.check_output(TensorType(tuple(output_dims)))
         if why:
-            by = "use_yolov1" if cfg.use_yolov1 and cfg.loss_kind.kind == "class_ce" else None
+            by = "use_yolov1" if cfg.use_yolov1 and cfg.loss_kind == TRAIN_FIELDS["loss_kind"][1] else None
             raise SpecError(f"{by}: {why}" if by else why, loc_of(by or "loss_kind"), hint=loss.rank_hint)
         if loss.is_seg:          # per-pixel logits [B, NC, H, W] carry the class count in dim 1
             num_classes = output_dims[1]

@@ -47,7 +47,7 @@ WHERE: dict[str, str] = {
     # the loss (losses/*, config.effective_loss)
     "label_smoothing": "the loss's targets",
     "loss_kind": "the loss module (losses/*)",
-    "use_focal": "class_ce's focal modifier (and YOLO objectness)",
+    "use_focal": "the integer-label CE's focal modifier (and YOLO objectness)",
     "focal_gamma": "hp vector: the focal exponent (under use_focal)",
     "use_yolov1": "the YOLOv1 loss; refused on nets without a detection head",
     "use_diou_box": "YOLO loss: DIoU box term; refused without the YOLO loss",
