@@ -360,6 +360,9 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
         err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
             "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
+    if cfg.use_tta and cfg.use_swag:
+        err("use_tta with use_swag: SWAG's eval already averages logits (over weight samples); TTA's views "
+            "of it are not implemented", "use_tta", also=("use_swag",))
     if cfg.use_auto_augment and cfg.use_rand_augment:
         err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
             "use_rand_augment", also=("use_auto_augment",))

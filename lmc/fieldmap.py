@@ -99,8 +99,8 @@ WHERE: dict[str, str] = {
     "eval_every_n_epochs": "cadence: the eval records",
     "checkpoint_every_n_epochs": "cadence: the checkpoint records",
     "val_every_epochs": "refused: the seed's ImageNet-streaming cadence; eval_every_n_epochs is lmc's one cadence",
-    "use_tta": "refused: not implemented yet (test-time augmentation)",
-    "tta_samples": "refused unless use_tta (which is refused)",
+    "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
+    "tta_samples": "eval: the number of TTA views (under use_tta)",
     "running_bn": "fixed: lmc always keeps BN running statistics and evaluates with them (the seed's IREE path, "
                   "running_bn: true of its JAX path): true is accepted as what lmc does",
 }

@@ -112,8 +112,8 @@ PROBES = {
     "eval_every_n_epochs": (1, {}, MLP, True),
     "checkpoint_every_n_epochs": (1, {}, MLP, True),
     "val_every_epochs": (2, {}, MLP, False),
-    "use_tta": (True, {}, CNN, False),
-    "tta_samples": (3, {}, CNN, False),
+    "use_tta": (True, {"augment": True}, CNN, False),
+    "tta_samples": (2, {"augment": True, "use_tta": True}, CNN, False),
     "running_bn": (True, {}, CNN, False),
 }
 # Fields that act on records, not on the trained state: field → what must differ.
@@ -122,6 +122,8 @@ OBSERVED = {
     "checkpoint_every_n_epochs": "checkpoint",
     "swag_samples": "swag_draws",
     "running_bn": "same_eval",     # lmc's only mode (fieldmap.WHERE): the run equals the default's
+    "use_tta": "tta_views",
+    "tta_samples": "tta_views",
 }
 
 
@@ -181,11 +183,16 @@ def test_every_field_has_a_probe_and_a_place():
 def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_path, monkeypatch):
     value, companions, spec, full = PROBES[field]
     draws = []
+    if OBSERVED.get(field) == "tta_views":
+        import lmc.data.batcher as bt
+        real_view = bt.TTA.view
+        monkeypatch.setattr(bt.TTA, "view", lambda self, *a: draws.append(1) or real_view(self, *a))
     if OBSERVED.get(field) == "swag_draws":
         import lmc.evaluate as ev
         real = ev.swag_sample
         monkeypatch.setattr(ev, "swag_sample", lambda *a: draws.append(1) or real(*a))
     r, out = _train(tmp_path, spec, {**companions, field: value}, full, bin_path)
+    n_draws = len(draws)                 # before a baseline run adds its own
     refused_here = r.exit_code == 2
     if refused_here:
         judged = "refused"
@@ -203,8 +210,13 @@ def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_pat
             assert len(_records(out, kind)) != base_counts[kind], f"{field}: the {kind} records did not change"
             judged = f"changes the {kind} records ({base_counts[kind]} → {len(_records(out, kind))})"
         elif kind == "swag_draws":
-            assert len(draws) == value * sum(r["region"] == "swag" for r in _records(out, "eval")) > 0, draws
+            assert n_draws == value * sum(r["region"] == "swag" for r in _records(out, "eval")) > 0, n_draws
             judged = f"the SWAG eval draws {value} weight samples per eval"
+        elif kind == "tta_views":
+            views = value if field == "tta_samples" else 5          # tta_samples' default
+            n_batches = -(-360 // 64)                                # the digits validation split
+            assert n_draws == views * n_batches * len(_records(out, "eval")), n_draws
+            judged = f"eval averages {views} augmented views per batch"
         elif kind == "same_eval":
             assert _records(out, "eval")[-1]["top1"] == base_evals[-1]["top1"]
             judged = "lmc's only mode: the run equals the default's (documented)"
