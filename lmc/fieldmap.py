@@ -47,14 +47,14 @@ WHERE: dict[str, str] = {
     # the loss (losses/*, config.effective_loss)
     "label_smoothing": "the loss's targets",
     "loss_kind": "the loss module (losses/*)",
-    "use_focal": "class_ce's focal modifier (and YOLO objectness)",
+    "use_focal": "the integer-label CE's focal modifier (and YOLO objectness)",
     "focal_gamma": "hp vector: the focal exponent (under use_focal)",
     "use_yolov1": "the YOLOv1 loss; refused on nets without a detection head",
     "use_diou_box": "YOLO loss: DIoU box term; refused without the YOLO loss",
     "anchors": "YOLO loss: anchor path; refused without the YOLO loss",
     "fpn_scales": "YOLO loss: multi-scale path; refused without fpn_detect",
-    "yolo_cls_weights": "YOLO loss: class weights; refused without the YOLO loss",
-    "yolo_cls_focal_gamma": "YOLO loss: class focal γ; refused without the YOLO loss",
+    "yolo_cls_weights": "YOLO loss, anchor path: class weights; refused elsewhere",
+    "yolo_cls_focal_gamma": "YOLO loss, anchor path: class focal γ; refused elsewhere",
     # the data (data/batcher.py, mix.py, policy.py)
     "augment": "batcher: pad-crop (or random crop) + horizontal flip",
     "random_erasing": "batcher: random erasing",
@@ -99,8 +99,8 @@ WHERE: dict[str, str] = {
     "eval_every_n_epochs": "cadence: the eval records",
     "checkpoint_every_n_epochs": "cadence: the checkpoint records",
     "val_every_epochs": "refused: the seed's ImageNet-streaming cadence; eval_every_n_epochs is lmc's one cadence",
-    "use_tta": "refused: not implemented yet (test-time augmentation)",
-    "tta_samples": "refused unless use_tta (which is refused)",
+    "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
+    "tta_samples": "eval: the number of TTA views (under use_tta)",
     "running_bn": "fixed: lmc always keeps BN running statistics and evaluates with them (the seed's IREE path, "
                   "running_bn: true of its JAX path): true is accepted as what lmc does",
 }

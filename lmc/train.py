@@ -43,7 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("fpn_scales", "det_prior_pi", "train_res", "test_crop_ratio", "use_tta", "bf16_conv",
+_UNSUPPORTED = ("fpn_scales", "det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
@@ -240,6 +240,8 @@ class Trainer:
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
         self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
         self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
+        from .data.batcher import TTA
+        self.tta = TTA(self.ds, cfg) if cfg.use_tta else None
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
@@ -450,7 +452,7 @@ class Trainer:
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
             r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss),
-                         loss=self.abi.loss)
+                         loss=self.abi.loss, tta=self.tta)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -771,7 +773,9 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         eloss = abi(net).loss if net.spec.train is not None else None
     except LmcError:
         eloss = None
+    from .data.batcher import TTA
+    tta = TTA(ds, net.spec.train) if net.spec.train is not None and net.spec.train.use_tta else None
     r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss),
-                 loss=eloss)
+                 loss=eloss, tta=tta)
     r.region = region
     return r

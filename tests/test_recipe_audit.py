@@ -27,6 +27,7 @@ from lmc.fieldmap import WHERE  # noqa: E402
 pytestmark = pytest.mark.iree
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 MLP, CNN, MOBILE = SPECS / "digits_mlp.yaml", SPECS / "digits_cnn.yaml", SPECS / "digits_mobile.yaml"
+YOLO = SPECS / "yolo_digits.yaml"
 SWA = {"use_swa": True, "use_swag": True}
 PRIOR = [0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.15]
 
@@ -34,7 +35,7 @@ PRIOR = [0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.15]
 PROBES = {
     "learning_rate": (0.01, {}, MLP, False),
     "batch_size": (32, {}, MLP, False),
-    "epochs": (7, {}, MLP, False),
+    "epochs": (7, {"warmup_epochs": 0}, MLP, False),    # (steps 1–3 of a warm-up do not see the length)
     "seed": (11, {}, MLP, False),
     "momentum": (0.9, {"use_adam": False}, MLP, False),
     "use_adam": (False, {}, MLP, False),
@@ -46,15 +47,15 @@ PROBES = {
     "weight_decay": (0.1, {}, MLP, False),
     "cosine_decay": (False, {"warmup_epochs": 0}, MLP, False),
     "warmup_epochs": (2, {}, MLP, False),
-    "exp_lr_decay_rate": (0.5, {}, MLP, False),
-    "exp_lr_decay_epochs": (0.01, {"exp_lr_decay_rate": 0.5}, MLP, False),
+    "exp_lr_decay_rate": (0.5, {"warmup_epochs": 0}, MLP, False),
+    "exp_lr_decay_epochs": (0.01, {"exp_lr_decay_rate": 0.5, "warmup_epochs": 0}, MLP, False),
     "wd_exclude_norm_bias": (True, {"weight_decay": 0.1}, MLP, False),
     "grad_accum_steps": (2, {}, MLP, False),
     "grad_clip_norm": (0.01, {}, MLP, False),
     "head_lr_mult": (5.0, {}, MLP, False),
     "bn_momentum": (0.5, {}, CNN, False),
     "use_ema": (True, {}, MLP, False),
-    "ema_decay": (0.5, {"use_ema": True}, MLP, False),
+    "ema_decay": (0.05, {"use_ema": True}, MLP, False),     # below the warm-up's (1 + t)/(10 + t)
     "use_swa": (True, {}, MLP, True),
     "swa_start_epoch": (1, {"use_swa": True}, MLP, True),
     "use_swag": (True, {"use_swa": True}, MLP, True),
@@ -68,11 +69,11 @@ PROBES = {
     "use_focal": (True, {}, MLP, False),
     "focal_gamma": (0.5, {"use_focal": True}, MLP, False),
     "use_yolov1": (True, {}, MLP, False),
-    "use_diou_box": (True, {}, MLP, False),
+    "use_diou_box": (True, {}, YOLO, False),
     "anchors": ([[1.0, 2.0]], {}, MLP, False),
     "fpn_scales": ([[8, [[1.0, 1.0]]]], {}, MLP, False),
-    "yolo_cls_weights": ([1.0] * 10, {}, MLP, False),
-    "yolo_cls_focal_gamma": (2.0, {}, MLP, False),
+    "yolo_cls_weights": ([0.5] * 5 + [2.0] * 5, {}, YOLO, False),
+    "yolo_cls_focal_gamma": (2.0, {}, YOLO, False),
     "augment": (True, {}, CNN, False),
     "random_erasing": (True, {}, CNN, False),
     "random_erasing_prob": (0.9, {"random_erasing": True}, CNN, False),
@@ -111,8 +112,8 @@ PROBES = {
     "eval_every_n_epochs": (1, {}, MLP, True),
     "checkpoint_every_n_epochs": (1, {}, MLP, True),
     "val_every_epochs": (2, {}, MLP, False),
-    "use_tta": (True, {}, CNN, False),
-    "tta_samples": (3, {}, CNN, False),
+    "use_tta": (True, {"augment": True}, CNN, False),
+    "tta_samples": (2, {"augment": True, "use_tta": True}, CNN, False),
     "running_bn": (True, {}, CNN, False),
 }
 # Fields that act on records, not on the trained state: field → what must differ.
@@ -121,6 +122,8 @@ OBSERVED = {
     "checkpoint_every_n_epochs": "checkpoint",
     "swag_samples": "swag_draws",
     "running_bn": "same_eval",     # lmc's only mode (fieldmap.WHERE): the run equals the default's
+    "use_tta": "tta_views",
+    "tta_samples": "tta_views",
 }
 
 
@@ -130,7 +133,7 @@ def _yaml(v):
 
 def _train(tmp, spec, fields, full, bin_path):
     out = tmp / "run"
-    args = ["train", str(spec), "--out", str(out), "--overwrite", "--epochs", "2"]
+    args = ["train", str(spec), "--out", str(out), "--overwrite"] + ([] if "epochs" in fields else ["--epochs", "2"])
     if not full:
         args += ["--steps", "3"]
     for k, v in fields.items():
@@ -180,11 +183,16 @@ def test_every_field_has_a_probe_and_a_place():
 def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_path, monkeypatch):
     value, companions, spec, full = PROBES[field]
     draws = []
+    if OBSERVED.get(field) == "tta_views":
+        import lmc.data.batcher as bt
+        real_view = bt.TTA.view
+        monkeypatch.setattr(bt.TTA, "view", lambda self, *a: draws.append(1) or real_view(self, *a))
     if OBSERVED.get(field) == "swag_draws":
         import lmc.evaluate as ev
         real = ev.swag_sample
         monkeypatch.setattr(ev, "swag_sample", lambda *a: draws.append(1) or real(*a))
     r, out = _train(tmp_path, spec, {**companions, field: value}, full, bin_path)
+    n_draws = len(draws)                 # before a baseline run adds its own
     refused_here = r.exit_code == 2
     if refused_here:
         judged = "refused"
@@ -202,8 +210,13 @@ def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_pat
             assert len(_records(out, kind)) != base_counts[kind], f"{field}: the {kind} records did not change"
             judged = f"changes the {kind} records ({base_counts[kind]} → {len(_records(out, kind))})"
         elif kind == "swag_draws":
-            assert len(draws) == value * sum(r["region"] == "swag" for r in _records(out, "eval")) > 0, draws
+            assert n_draws == value * sum(r["region"] == "swag" for r in _records(out, "eval")) > 0, n_draws
             judged = f"the SWAG eval draws {value} weight samples per eval"
+        elif kind == "tta_views":
+            views = value if field == "tta_samples" else 5          # tta_samples' default
+            n_batches = -(-360 // 64)                                # the digits validation split
+            assert n_draws == views * n_batches * len(_records(out, "eval")), n_draws
+            judged = f"eval averages {views} augmented views per batch"
         elif kind == "same_eval":
             assert _records(out, "eval")[-1]["top1"] == base_evals[-1]["top1"]
             judged = "lmc's only mode: the run equals the default's (documented)"

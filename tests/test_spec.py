@@ -534,9 +534,9 @@ def test_unknown_train_field_did_you_mean():
 
 def test_train_field_values():
     assert parse(BASE + "  useAdam: true\n  bf16: true\n  bf16Conv: true\n").bf16_conv is True
-    c = parse(BASE + "  anchors: [[1.0, 2], [0.5, 0.5]]\n  bootstrap_backbone: [r34.bin, 21284672]\n")
+    c = parse(BASE + "  use_yolov1: true\n  anchors: [[1.0, 2], [0.5, 0.5]]\n  bootstrap_backbone: [r34.bin, 21284672]\n")
     assert c.anchors == ((1.0, 2.0), (0.5, 0.5)) and c.bootstrap_backbone == ("r34.bin", 21284672)
-    c = parse(BASE + "  fpn_scales: [[56, [[1, 1]]], [28, []]]\n")
+    c = parse(BASE + "  use_yolov1: true\n  fpn_scales: [[56, [[1, 1]]], [28, []]]\n")
     assert c.fpn_scales == ((56, ((1.0, 1.0),)), (28, ()))
     for line, msg in [
         ("  label_smoothing: 1.5\n", "train.label_smoothing: expected a number in [0, 1), got 1.5"),
