@@ -1,4 +1,5 @@
-"""yolov1_masked: YOLOv1's masked loss over a grid head, single box per cell (losses.md §6).
+"""yolov1_masked: YOLOv1's masked loss over a grid head — single box per cell, the A-anchor
+path and the FPN multi-scale path (losses.md §6, §7).
 
 Net output (lmc's layout: a fully-convolutional head, no reshape of a flat dense output)
 z [B, P, gH, gW], P = 10 + NC: channels [0, 2) box0 x, y (offsets in the cell), [2, 4) box0
