@@ -15,16 +15,17 @@ import numpy as np
 from lmc.prims import same_pad
 
 
-def _recipe(net, lr):
+def _recipe(net, lr, any_loss=False):
     """What the peers implement of the recipe: the lowered net's loss must be class_ce (both
-    peers spell it as softmax cross-entropy with smoothing); every optimizer of the registry (JAX
+    peers spell it as softmax cross-entropy with smoothing; any_loss: JAX runs another loss's
+    registry `reference`, e.g. the LM's per-token CE); every optimizer of the registry (JAX
     runs each tensor's `reference` under jit; PyTorch uses torch.optim for sgd and adam, the
     reference for the rest); no clipping, head multiplier, EMA or accumulation.  Returns (abi,
     hp: name → value at step 1, decay: param name → bool)."""
     from lmc.lower import abi, hyperparams
     a = abi(net)
     cfg = net.spec.train
-    if a.loss.name != "class_ce":
+    if a.loss.name != "class_ce" and not any_loss:
         raise NotImplementedError(f"benchmark peers implement class_ce, not {a.loss.name}")
     knobs = [k for k in ("grad_clip_norm", "head_lr_mult", "ema_decay", "grad_scale") if k in a.hp]
     if knobs:
@@ -47,6 +48,14 @@ def _update(xp, a, hp, decay, params, opt, grads, t):
 
 
 # ----------------------------------------------------------------------------- JAX
+
+def _pool_pads(hw, a):
+    """max_pool's (lo, hi) along H and W: its explicit `pad`, else XLA SAME (MaxPool.pads)."""
+    if a.get("pad") is not None:
+        return tuple(a["pad"][:2]), tuple(a["pad"][2:])
+    (h, w) = hw
+    return same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+
 
 def _jax_ops() -> dict:
     """primitive name → fn(inputs, params, attrs) -> y, or (y, batch statistics) for the
@@ -74,8 +83,7 @@ def _jax_ops() -> dict:
         return y, [m, v]
 
     def max_pool(ins, ps, a):
-        h, w = ins[0].shape[2:]
-        ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+        ph, pw = _pool_pads(ins[0].shape[2:], a)
         return lax.reduce_window(ins[0], -jnp.inf, lax.max, (1, 1, a["size"], a["size"]),
                                  (1, 1, a["stride"], a["stride"]), [(0, 0), (0, 0), ph, pw])
 
@@ -98,7 +106,7 @@ def jax_step(net, lr=1e-4):
 
     cfg = net.spec.train
     g = net.graph
-    a, hp, decay = _recipe(net, lr)
+    a, hp, decay = _recipe(net, lr, any_loss=True)
     eps_ls = cfg.label_smoothing
 
     ops = _jax_ops()
@@ -127,6 +135,8 @@ def jax_step(net, lr=1e-4):
 
     def loss_fn(params, x, y):
         logits, stats = run(params, x)
+        if a.loss.name != "class_ce":        # the registry's formula, traced by JAX
+            return a.loss.reference(jnp, logits, y, **{h: hp[h] for h in a.loss.hp}), stats
         t = jax.nn.one_hot(y, nc) * (1 - eps_ls) + eps_ls / nc
         return -(t * jax.nn.log_softmax(logits)).sum() / x.shape[0], stats
 
@@ -140,6 +150,11 @@ def jax_step(net, lr=1e-4):
     opt = {k: jnp.asarray(v) for k, v in zip(a.opt_keys, a.initial_opt())}
     x = jnp.asarray(rng.standard_normal(net.input.dims).astype(np.float32))
     y = jnp.asarray(rng.integers(0, nc, net.batch).astype(np.int32))
+    if a.loss.name != "class_ce":
+        y = jnp.asarray(a.loss.draw_labels(rng, a.labels, a.logits))
+    first = net.spec.layers[0].layer
+    if getattr(first, "draw_input", None):      # token ids, as lmc's stepper would not draw them
+        x = jnp.asarray(first.draw_input(rng, net.input))
     jstep = jax.jit(step, donate_argnums=(0, 1))
     state = {"params": params, "opt": opt, "t": 1.0}
 
@@ -175,8 +190,7 @@ def _torch_ops() -> dict:
         return F.conv2d(F.pad(ins[0], (pw0, pw1, ph0, ph1)), ps[0], stride=a["stride"], groups=a["groups"])
 
     def max_pool(ins, ps, a):
-        h, w = ins[0].shape[2:]
-        ph, pw = same_pad(h, a["size"], a["stride"]), same_pad(w, a["size"], a["stride"])
+        ph, pw = _pool_pads(ins[0].shape[2:], a)
         return F.max_pool2d(F.pad(ins[0], (pw[0], pw[1], ph[0], ph[1]), value=float("-inf")), a["size"], a["stride"])
 
     return {
@@ -189,6 +203,7 @@ def _torch_ops() -> dict:
         "dense": lambda ins, ps, a: torch.addmm(ps[1], ins[0], ps[0]),
         "global_avg_pool": lambda ins, ps, a: ins[0].mean((2, 3)),
         "max_pool": max_pool,
+        "mul": lambda ins, ps, a: ins[0] * ins[1],
     }
 
 

@@ -45,6 +45,14 @@ NETS = [  # (spec, overrides): the issue's four nets, batch 128, ResNet-18 at CI
     ("specs/mnist_cnn.yaml", ["train.batch_size=128"]),
     ("specs/cifar_cnn_bn.yaml", ["train.batch_size=128"]),
     ("specs/resnet18.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
+    # the conv family's (issue 11): depthwise convs and squeeze-excite, at CIFAR size
+    ("specs/mobilenet_v2.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
+    ("specs/efficientnet_b0.yaml", ["train.batch_size=128", "input.height=32", "input.width=32"]),
+    # the transformer rows (issue 10): ViT-Tiny at CIFAR size with 4×4 patches, batch 64, AdamW;
+    # tiny_gpt at batch 32 (clipping off: the peers do not implement it)
+    ("specs/vit_tiny.yaml", ["train.batch_size=64", "input.height=32", "input.width=32",
+                             "layers.0.patch_embed.patch_size=4", "layers.0.patch_embed.n_patches=64"]),
+    ("specs/tiny_gpt.yaml", ["train.batch_size=32", "train.grad_clip_norm=0"]),
 ]
 PEERS = ("jax", "torch", "torch_compile")
 

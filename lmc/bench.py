@@ -53,14 +53,17 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
         raise TrainError("lmc bench times the fused @train_step; this recipe accumulates gradients "
                          f"(grad_accum_steps {a.accum}): bench it with --set train.grad_accum_steps=1")
     hps = [up(a.hp_vector(net.spec.train, lr, s + 1)) for s in range(64)]
-    holder = {"args": state + [up(x), up(y), hps[0]], "t": 0}
+    from .masks import draw
+    data = [up(x), up(y)]
+    masks = [up(mk) for mk in draw(a.masks, net.spec.train, seed, 0, 0)]     # dropout / drop path: one draw
+    holder = {"args": state + data + [hps[0]] + masks, "t": 0}
 
     def step():
         args = holder["args"]
         out = m.train_step(*args)
         np.asarray(out[-2])            # wait for the step (reads back one scalar)
         holder["t"] += 1
-        holder["args"] = list(out[:n_state]) + [args[-3], args[-2], hps[holder["t"] % len(hps)]]
+        holder["args"] = list(out[:n_state]) + data + [hps[holder["t"] % len(hps)]] + masks
     return step, holder
 
 

@@ -196,6 +196,7 @@ def _train_abi(net) -> dict | None:
             "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
             "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
             "head_lr": sorted(a.head), "grad_accum_steps": a.accum,
+            "masks": [{"kind": m.kind, "layer": m.layer, "shape": list(m.value.type.dims)} for m in a.masks],
             "functions": ["train_step"] if a.accum == 1 else ["grad_step", "apply_step"]}
 
 

@@ -208,7 +208,13 @@ DEPENDS = {
     "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
     "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
+    "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
+    "fpn_affine_area_thr": "fpn_affine_prob",
 }
+
+
+# Options of the YOLOv1 loss (the box-target loss in lmc/losses): refused under any other loss.
+YOLO_FIELDS = ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma")
 
 
 def _make_config_class():
@@ -338,6 +344,25 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
         if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
             err(f"{name} has no effect without {switch}: true", name, also=(switch,),
                 hint=f"set {switch}: true, or drop {name}")
+    if loss.label_format != BOXES:            # the YOLO loss is the one of box targets
+        for name in YOLO_FIELDS:
+            if getattr(cfg, name) != TRAIN_FIELDS[name][1]:
+                err(f"{name} is a YOLOv1-loss option, but the loss is {kind.kind}", name,
+                    hint="set use_yolov1: true (with a detection head), or drop it")
+    from .optim import OPTIMIZER_FIELDS, fields_read, selection
+    chosen, by = selection(cfg)
+    reads = fields_read(chosen, cfg)
+    for name in OPTIMIZER_FIELDS:
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
+            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
+            err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
+                hint=f"drop {name}, or choose an optimizer that uses it")
+    if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
+        err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
+    if cfg.use_tta and cfg.use_swag:
+        err("use_tta with use_swag: SWAG's eval already averages logits (over weight samples); TTA's views "
+            "of it are not implemented", "use_tta", also=("use_swag",))
     if cfg.use_auto_augment and cfg.use_rand_augment:
         err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
             "use_rand_augment", also=("use_auto_augment",))
@@ -388,7 +413,8 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
     if output_dims is not None:
         why = loss.check_output(TensorType(tuple(output_dims)))
         if why:
-            raise SpecError(why, loc_of("loss_kind"), hint=loss.rank_hint)
+            by = "use_yolov1" if cfg.use_yolov1 and cfg.loss_kind == TRAIN_FIELDS["loss_kind"][1] else None
+            raise SpecError(f"{by}: {why}" if by else why, loc_of(by or "loss_kind"), hint=loss.rank_hint)
         if loss.is_seg:          # per-pixel logits [B, NC, H, W] carry the class count in dim 1
             num_classes = output_dims[1]
     why = loss.check_classes(num_classes)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .data import eval_batches
+from .errors import TrainError
 
 Z95 = 1.96
 
@@ -109,21 +110,28 @@ def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
 
 
 def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int,
-             label_format: str = "class ids", regions: dict | None = None, loss=None):
+             label_format: str = "class ids", regions: dict | None = None, loss=None, tta=None):
     """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays.
     Labels other than class ids are scored by lmc/metrics.py: per-pixel masks (pixel accuracy,
     IoU, region Dice over `regions`), float targets (MSE, PSNR), box targets (mAP, decoded by
-    the recipe's `loss`)."""
+    the recipe's `loss`).  tta: a data.TTA — each batch's logits are the mean over its
+    `samples` augmented views (class ids only)."""
     from .metrics import scorer
     other = scorer(label_format, num_classes, regions, loss)
+    if other is not None and tta is not None:
+        raise TrainError("use_tta averages classifier logits; this spec's labels are scored by other metrics")
     if other is not None:
         for xb, yb, n in eval_batches(x, y, batch):
             other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n],
                       xb[:n])
         return other
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
-    for xb, yb, n in eval_batches(x, y, batch):
-        logits = np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
+    for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
+        if tta is None:
+            logits = np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
+        else:               # float64 sums copy each result before the next call reuses its buffer
+            logits = sum(np.asarray(module.forward(*params, *state, tta.view(xb, i, k)))[:n].astype(np.float64)
+                         for k in range(tta.samples)) / tta.samples
         _score(res, logits, yb[:n])
     return res
 

@@ -47,6 +47,16 @@ class Value:
     id: int = 0
 
 
+@dataclass(frozen=True, eq=False)
+class Mask:
+    """A per-step random input of the train step, drawn by the host (lmc/masks.py): dropout's
+    per-element keep mask or a stochastic-depth site's per-example one, its values 0 or
+    1/keep.  The eval functions (@forward, @input_grad) feed all ones: the exact identity."""
+    value: Value
+    kind: str                    # "dropout" | "drop_path"
+    layer: int
+
+
 @dataclass(eq=False)
 class Node:
     prim: Any                    # a Prim instance (attributes bound)
@@ -69,6 +79,7 @@ class Graph:
         # spec layer index → its output value, so a layer can read an earlier layer's output
         # (U-Net skips, FPN taps); filled by `infer` after each layer
         self.layer_outputs: dict[int, Value] = {}
+        self.masks: list[Mask] = []      # the train step's random inputs, in ABI order
 
     def input(self, t: TensorType) -> Value:
         self.x = self._value(t, None)
@@ -79,6 +90,12 @@ class Graph:
         (not inside a net, e.g. a unit test) reads where a net would give an earlier layer's
         output.  Never lowered."""
         return self._value(t, None)
+
+    def mask(self, kind: str, dims) -> Value:
+        """A host-drawn random input (dropout, drop path) of shape dims."""
+        v = self._value(TensorType(tuple(int(d) for d in dims)), None)
+        self.masks.append(Mask(v, kind, self.layer))
+        return v
 
     def _value(self, t, node) -> Value:
         self._ids += 1

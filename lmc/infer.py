@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import LmcError, NotImplementedKind, ShapeError
+from .errors import LmcError, NotImplementedKind, ShapeError, SpecError
 from .graph import Graph, Param, State, Value
 from .spec import NetSpec
 from .types import TensorType
@@ -73,6 +73,8 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         n_params, n_state, n_nodes = len(g.params), len(g.state), len(g.nodes)
         where = f"layer {entry.index} ({layer.kind})"
         try:
+            if entry is spec.layers[-1] and spec.train is not None and spec.train.dropout:
+                x = _dropout(g, x, entry, spec)
             x = layer.build(g, x, spec)
             lowered = all(n.prim.lowered() for n in g.nodes[n_nodes:])
         except ShapeError as e:
@@ -96,7 +98,21 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         nodes = g.nodes[n_nodes:]
         infos.append(LayerInfo(entry.index, layer.kind, layer.describe(), x.type, g.params[n_params:],
                                g.state[n_state:], sum(n.flops for n in nodes), lowered, entry.loc))
+    if spec.train is not None and spec.train.drop_path and not any(m.kind == "drop_path" for m in g.masks):
+        raise SpecError("train.drop_path: the net has no stochastic-depth site (the residual branches of "
+                        "residual, bottleneck, inverted-residual, MBConv, UIB, ConvNeXt and transformer blocks)",
+                        spec.loc("train", "drop_path"))
     return TypedNet(spec, batch, x0.type, g, infos, x)
+
+
+def _dropout(g, x, entry, spec):
+    """train.dropout: the classifier dropout of the seed — the final dense layer's input times a
+    per-element keep mask the host draws each step (0 or 1/keep, lmc/masks.py; all ones in
+    eval, the exact identity)."""
+    if entry.layer.kind != "dense":
+        raise SpecError(f"train.dropout drops the input of the final dense layer, but the net ends with "
+                        f"{entry.layer.kind}", spec.loc("train", "dropout"))
+    return g.op("mul", x, g.mask("dropout", x.type.dims), flops=0)
 
 
 def check_recipe_fits(net: TypedNet) -> None:

@@ -7,8 +7,9 @@ ABI (README "Module ABI"; `abi()` is its one definition, used by lower, train, c
 bench and the tests).  P = params in `lmc info --params` order, O = optimizer state (slot-major:
 for each slot, the params that have it, in P order), E = EMA weights (use_ema; P's types),
 S = running state, G = gradient accumulators (P's types), hp = the runtime hyperparameters:
-  @train_step(P..., O..., E..., S..., x, labels, hp) -> (P'..., O'..., E'..., S'..., loss, correct)
-  @grad_step(P..., S..., G..., x, labels, hp)       -> (G + g..., S'..., loss, correct)
+  @train_step(P..., O..., E..., S..., x, labels, hp, M...) -> (P'..., O'..., E'..., S'..., loss, correct)
+  @grad_step(P..., S..., G..., x, labels, hp, M...)       -> (G + g..., S'..., loss, correct)
+  (M: the host-drawn dropout / drop-path masks, Abi.masks, none without those knobs)
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
@@ -58,6 +59,11 @@ class Abi:
     accum: int = 1                  # grad_accum_steps
     no_decay: frozenset = frozenset()   # params excluded from weight decay (wd_exclude_norm_bias)
     used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
+    masks: list = field(default_factory=list)   # graph.Mask: the train step's host-drawn random inputs
+
+    def mask_ones(self) -> list[np.ndarray]:
+        """All-ones masks: the exact identity (what @forward uses)."""
+        return [np.ones(m.value.type.dims, np.float32) for m in self.masks]
 
     def decay(self, name: str) -> bool:
         """Whether this parameter takes weight decay."""
@@ -142,7 +148,8 @@ def abi(net: TypedNet) -> Abi:
     # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
     no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
-               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used)
+               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
+               list(net.graph.masks))
 
 
 def ema_decay(cfg, step: int) -> float:
@@ -312,7 +319,7 @@ def _forward(net: TypedNet, em: _Emitter) -> str:
     sname = {s.name: f"%s{i}" for i, s in enumerate(g.state)}
     args = [f"{pname[p.name]}: {p.type.mlir}" for p in g.params] + \
            [f"{sname[s.name]}: {s.type.mlir}" for s in g.state] + [f"%x: {net.input.mlir}"]
-    val = {g.x.id: "%x"}
+    val = {g.x.id: "%x", **_ones(em, g.masks)}
     for node in g.nodes:
         r = _rendered(em, node)
         ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(pname[p.name], p.type.mlir) for p in node.params]
@@ -381,12 +388,28 @@ def _template(em: _Emitter, path: str, kind: str, ctx: dict, what: str) -> str:
     return sym
 
 
+def _ones(em: _Emitter, masks) -> dict:
+    """Value id → an all-ones constant for each mask (eval: dropout and drop path are the identity)."""
+    out = {}
+    for i, m in enumerate(masks):
+        v = f"%ones_m{i}"
+        em.lines.append(f"    {v} = stablehlo.constant dense<1.0> : {m.value.type.mlir}")
+        out[m.value.id] = v
+    return out
+
+
+def _mask_args(a: Abi) -> list[str]:
+    return [f"%m{i}: {m.value.type.mlir}" for i, m in enumerate(a.masks)]
+
+
 def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = None):
     """Forward, loss, reverse walk and running statistics.  Returns (grads: param name → SSA,
     new state: state name → SSA, (loss, correct)); with `dx` a list, the cotangents reaching
-    the network input are appended to it (else the first layers' dx are dropped)."""
+    the network input are appended to it (else the first layers' dx are dropped).  The masks
+    are the function's %m arguments, except under `dx` (@input_grad: all ones, the eval net)."""
     g = net.graph
-    val = {g.x.id: "%x"}
+    masks = _ones(em, g.masks) if dx is not None else {m.value.id: f"%m{i}" for i, m in enumerate(g.masks)}
+    val = {g.x.id: "%x", **masks}
     saved, stats = {}, {}
     for node in g.nodes:
         r = _rendered(em, node)
@@ -418,8 +441,8 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
         for k, (v, d) in enumerate(zip(node.inputs, res)):
             if v.node is not None:
                 cot.setdefault(v.id, []).append(d)
-            elif dx is not None and node.prim.inputs[min(k, len(node.prim.inputs) - 1)] not in \
-                    node.prim.constant_inputs:  # the network input (the train step drops it)
+            elif dx is not None and v is g.x and node.prim.inputs[min(k, len(node.prim.inputs) - 1)] not in \
+                    node.prim.constant_inputs:  # the network input (the train step drops it; masks have none)
                 dx.append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
@@ -483,7 +506,7 @@ def _rets_poe(a: Abi, new_p, new_o, new_e) -> list[tuple[str, str]]:
 def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "POES") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "POES") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
     new_p, new_o, new_e = _update(net, em, a, N, grads)
     rets = _rets_poe(a, new_p, new_o, new_e)
@@ -513,7 +536,7 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     """One micro-batch: forward + backward, the gradient added into the accumulators G."""
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
     rets = []
     for p in a.params:

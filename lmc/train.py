@@ -43,9 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = (
-                "det_prior_pi", "train_res", "test_crop_ratio",
-                "drop_path", "use_tta", "bf16_conv", "dropout",
+_UNSUPPORTED = ("det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 
@@ -242,6 +240,8 @@ class Trainer:
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
         self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
         self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
+        from .data.batcher import TTA
+        self.tta = TTA(self.ds, cfg) if cfg.use_tta else None
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
         self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
@@ -452,7 +452,7 @@ class Trainer:
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
             r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss),
-                         loss=self.abi.loss)
+                         loss=self.abi.loss, tta=self.tta)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -566,10 +566,16 @@ class Trainer:
         self.P = [up(m + (o - p)) for m, o, p in zip(master, _to_host(self.P), q)]
         return loss, correct
 
+    def step_masks(self) -> list[np.ndarray]:
+        """The dropout / drop-path masks of the current batch (lmc/masks.py), from (seed, epoch,
+        batch): a resumed run draws the same."""
+        from .masks import draw
+        return draw(self.abi.masks, self.cfg, self.cfg.seed, self.epoch, self.batch)
+
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
         nP, nO, nE = len(self.P), len(self.O), len(self.E)
-        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp)
+        out = self.module.train_step(*self.P, *self.O, *self.E, *self.S, x, y, hp, *self.step_masks())
         # results are device arrays: feed them straight back, no host copy
         self.P, self.O, self.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
         self.S = out[nP + nO + nE:-2]
@@ -581,7 +587,7 @@ class Trainer:
         k = self.abi.accum
         hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
         nP, nS = len(self.P), len(self.S)
-        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp)
+        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp, *self.step_masks())
         self.G, self.S = out[:nP], out[nP:nP + nS]
         if self.step % k == 0:
             nO, nE = len(self.O), len(self.E)
@@ -767,7 +773,9 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         eloss = abi(net).loss if net.spec.train is not None else None
     except LmcError:
         eloss = None
+    from .data.batcher import TTA
+    tta = TTA(ds, net.spec.train) if net.spec.train is not None and net.spec.train.use_tta else None
     r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss),
-                 loss=eloss)
+                 loss=eloss, tta=tta)
     r.region = region
     return r

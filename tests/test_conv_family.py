@@ -93,3 +93,97 @@ def test_unet_up_pairs_skips_on_a_resnet34_contracting_path():
         up, s = cat.inputs
         assert up.node.prim.name == "upsample" and s is skip, f"layer {layer} paired with the wrong skip"
     assert net.output.type.dims == (2, 3, 32, 32)           # the stem's stride is not undone
+
+
+def _drop_path_net(drop_path: float):
+    text = ("name: sd\ninput: {channels: 2, height: 4, width: 4}\nlayers:\n"
+            "  - conv_bn: {ic: 2, oc: 4, k_size: 3}\n"
+            "  - residual_block: {ic: 4, oc: 4, n_blocks: 1}\n"
+            "  - mb_conv: {ic: 4, oc: 4, expand: 2, k_size: 3, stride: 1, n_blocks: 2, use_se: true}\n"
+            "  - fused_mb_conv: {ic: 4, oc: 4, expand: 2, k_size: 3, stride: 1, n_blocks: 1, use_se: false}\n"
+            "  - mb_conv_v3: {ic: 4, oc: 4, expand_ch: 8, k_size: 3, stride: 1, use_se: true}\n"
+            "  - global_avg_pool\n  - dense: {fan_in: 4, fan_out: 3}\n"
+            f"train: {{batch_size: 2, epochs: 1, learning_rate: 0.1, momentum: 0.9, drop_path: {drop_path}}}\n")
+    return infer(load_spec("sd.yaml", text=text))
+
+
+def test_stochastic_depth_sites_exist_only_with_drop_path():
+    # one site per residual join of residual_block, mb_conv, fused_mb_conv (not mb_conv_v3:
+    # MobileNetV3 has no stochastic depth); no site, no extra argument, without drop_path
+    from lmc.lower import lower
+    on, off = _drop_path_net(0.2), _drop_path_net(0.0)
+    assert [(m.kind, m.layer) for m in on.graph.masks] == [("drop_path", 1), ("drop_path", 2), ("drop_path", 2),
+                                                           ("drop_path", 3)]
+    assert off.graph.masks == []
+    text = lower(on, "all")
+    assert "%m3: tensor<2x1x1x1xf32>" in text.split("func.func @train_step")[1].split("\n")[0]
+    assert "%ones_m0 = stablehlo.constant dense<1.0> : tensor<2x1x1x1xf32>" in text.split("func.func @forward")[1]
+    assert "%m0: " not in lower(off, "all") and "%ones_m0" not in lower(off, "all")
+
+
+@pytest.mark.iree
+def test_all_ones_keep_masks_are_the_identity():
+    # the train step with sites and keep = 1 everywhere gives bit for bit what the net without
+    # sites gives; a dropped branch (keep = 0 for one example) changes it
+    from lmc.compile import compile_module
+    from lmc.init import init_tensors
+    from lmc.lower import abi, lower
+    from lmc.runtime import Module
+    on, off = _drop_path_net(0.2), _drop_path_net(0.0)
+    P, S = init_tensors(off, 0)
+    a = abi(off)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 2, 4, 4)).astype(np.float32)
+    y = np.array([0, 2], np.int32)
+    hp = a.hp_vector(off.spec.train, 0.1, 1)
+
+    mods = {id(n): Module(compile_module(lower(n, "train_step")).path, driver="local-sync") for n in (on, off)}
+
+    def step(net, *keep):
+        out = mods[id(net)].train_step(*P, *a.initial_opt(), *S, x, y, hp, *keep)
+        return [np.asarray(r).copy() for r in out]
+
+    ones = [np.ones((2, 1, 1, 1), np.float32)] * len(on.graph.masks)
+    want = step(off)
+    got = step(on, *ones)
+    assert len(got) == len(want)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_array_equal(g_, w_)
+    dropped = [np.array([1.0, 0.0], np.float32).reshape(2, 1, 1, 1)] + ones[1:]
+    assert not np.array_equal(step(on, *dropped)[-2], want[-2])          # the loss moves
+
+
+EVERY_PRIMITIVE = """
+name: conv-family
+input: {channels: 3, height: 16, width: 16}
+layers:
+  - conv_bn: {ic: 3, oc: 8, k_size: 3}
+  - mb_conv: {ic: 8, oc: 8, expand: 2, k_size: 3, stride: 1, n_blocks: 1, use_se: true}
+  - fire_module: {ic: 8, squeeze: 4, expand1x1: 4, expand3x3: 4}
+  - inception_module: {ic: 8, b1out: 2, b2reduce: 2, b2out: 2, b3reduce: 2, b3out: 2, b4out: 2}
+  - shuffle_v2_block: {ic: 8, oc: 8, n_units: 2}
+  - shuffle_block: {ic: 8, oc: 16, groups: 2, n_units: 2}
+  - darknet_block: {channels: 16, n_blocks: 1}
+  - aspp_module: {ic: 16, oc: 8}
+  - transition_layer: {ic: 8, oc: 8}
+  - bilinear_upsample: {scale: 2}
+  - global_avg_pool
+  - dense: {fan_in: 8, fan_out: 10}
+train: {batch_size: 4, epochs: 1, learning_rate: 0.01, use_adam: true}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.iree
+@pytest.mark.parametrize("backend,chip", [("cuda", "sm_86"), ("rocm", "gfx1100")])
+def test_every_conv_family_primitive_cross_compiles(tmp_path, backend, chip):
+    # concat, slice, mul, broadcast, avg_pool (tiled and general), grouped and dilated conv,
+    # channel_shuffle, upsample, leaky_relu, max_pool with a pad: the train step and forward
+    from lmc.compile import compile_module
+    from lmc.lower import lower
+    net = infer(load_spec("f.yaml", text=EVERY_PRIMITIVE))
+    used = {n.prim.name for n in net.graph.nodes}
+    assert {"concat", "slice", "mul", "broadcast", "avg_pool", "dilated_conv", "channel_shuffle", "upsample",
+            "leaky_relu", "max_pool"} <= used
+    c = compile_module(lower(net), tmp_path / f"f.{backend}.vmfb", backend=backend, chip=chip)
+    assert c.path.stat().st_size > 1000

@@ -149,6 +149,17 @@ def test_policy_renormalizes_with_the_dataset_statistics():
     assert same.sum() >= 4
 
 
+def test_every_op_at_every_level_runs():
+    img = pol._to_pil(np.random.default_rng(0).uniform(0, 1, (3, 9, 9)).astype(np.float32))
+    rng = np.random.default_rng(0)
+    for name in pol.RAND_OPS:
+        for level in (0.0, 5.0, 10.0):
+            for inc in (False, True):
+                assert pol.OPS[name](img, pol.timm_arg(name, level, inc, img.size, rng)).size == img.size
+        for level in range(10):
+            assert pol.OPS[name](img, pol.tv_arg(name, level, img.size, rng)).size == img.size
+
+
 def test_policies_refuse_what_pillow_cannot_take():
     four = images(n=8, c=4)
     cfg = type("C", (), dict(use_auto_augment=True, use_rand_augment=False))
@@ -163,3 +174,36 @@ def test_repeated_augmentation_puts_copies_in_a_row_and_keeps_the_epoch_length()
     assert len(order) == 30 and b.steps_per_epoch == 5
     assert all(order[i] == order[i + 1] == order[i + 2] for i in range(0, 30, 3))
     assert len(set(order.tolist())) == 10
+
+
+# ---------------------------------------------------------------- test-time augmentation
+
+from lmc.data.batcher import TTA  # noqa: E402
+from lmc.evaluate import evaluate  # noqa: E402
+
+
+class _Cfg:
+    def __init__(self, **kw):
+        self.__dict__.update(dict(tta_samples=4, seed=0, augment=True, use_auto_augment=False,
+                                  use_rand_augment=False), **kw)
+
+
+class _SumModule:
+    """forward(x) = per-class sums of x's first rows: a stand-in whose logits depend on the view."""
+
+    def forward(self, x):
+        return x.reshape(len(x), -1)[:, :K] * 10.0
+
+
+def test_tta_averages_the_logits_of_its_views():
+    ds = images(n=16, c=1, h=6, w=6)
+    t = TTA(ds, _Cfg())
+    v = [t.view(ds.x_val, 0, k) for k in range(4)]
+    assert all(np.array_equal(a, t.view(ds.x_val, 0, k)) for k, a in enumerate(v))      # (seed, batch, view)
+    assert not all(np.array_equal(v[0], b) for b in v[1:])
+    plain = evaluate(_SumModule(), [], [], ds.x_val, ds.y_val, 4, K)
+    avg = evaluate(_SumModule(), [], [], ds.x_val, ds.y_val, 4, K, tta=t)
+    logits = sum(_SumModule().forward(t.view(ds.x_val, 0, k)) for k in range(4)) / 4
+    assert avg.top1 == int((np.argmax(logits, 1) == ds.y_val).sum()) and avg.n == plain.n == 4
+    with pytest.raises(DataError, match="no augmentation"):
+        TTA(ds, _Cfg(augment=False))

@@ -268,11 +268,14 @@ def _params():
 # ----------------------------------------------------------------------------- the JAX oracle
 
 
-def jax_forward(net, params: dict, x, state: dict | None = None):
+def jax_forward(net, params: dict, x, state: dict | None = None, masks: list | None = None):
     """Evaluate the net's primitive graph with the primitives' references in jax.numpy.
     state None: training (each primitive's batch statistics, from `stats_reference`, are
-    returned by state name); else eval (`eval_reference` with the running state)."""
+    returned by state name); else eval (`eval_reference` with the running state).  masks: the
+    dropout / drop-path masks in Abi order (None: all ones, as @forward)."""
     vals = {net.graph.x.id: x}
+    for i, m in enumerate(net.graph.masks):
+        vals[m.value.id] = jnp.ones(m.value.type.dims) if masks is None else masks[i]
     stats = {}
     for node in net.graph.nodes:
         prim = node.prim

@@ -534,9 +534,9 @@ def test_unknown_train_field_did_you_mean():
 
 def test_train_field_values():
     assert parse(BASE + "  useAdam: true\n  bf16: true\n  bf16Conv: true\n").bf16_conv is True
-    c = parse(BASE + "  anchors: [[1.0, 2], [0.5, 0.5]]\n  bootstrap_backbone: [r34.bin, 21284672]\n")
+    c = parse(BASE + "  use_yolov1: true\n  anchors: [[1.0, 2], [0.5, 0.5]]\n  bootstrap_backbone: [r34.bin, 21284672]\n")
     assert c.anchors == ((1.0, 2.0), (0.5, 0.5)) and c.bootstrap_backbone == ("r34.bin", 21284672)
-    c = parse(BASE + "  fpn_scales: [[56, [[1, 1]]], [28, []]]\n")
+    c = parse(BASE + "  use_yolov1: true\n  fpn_scales: [[56, [[1, 1]]], [28, []]]\n")
     assert c.fpn_scales == ((56, ((1.0, 1.0),)), (28, ()))
     for line, msg in [
         ("  label_smoothing: 1.5\n", "train.label_smoothing: expected a number in [0, 1), got 1.5"),
@@ -615,7 +615,14 @@ def test_swag_requires_swa():
 def test_other_rules():
     assert rule_errors("  use_muon: true\n  use_shampoo: true\n") == [(6, "use_muon and use_shampoo are exclusive")]
     assert rule_errors("  bf16_conv: true\n") == [(5, "bf16_conv is only meaningful with bf16: true")]
-    assert rule_errors("  warmup_epochs: 11\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
+    assert rule_errors("  warmup_epochs: 11\n  cosine_decay: true\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
+    assert rule_errors("  warmup_epochs: 2\n") == [
+        (5, "warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)")]
+    # an optimizer field the chosen optimizer does not read
+    assert rule_errors("  use_adam: true\n  momentum: 0.9\n") == [
+        (6, "momentum is read by muon, rmsprop, sgd, not by the optimizer adam (use_adam)")]
+    assert rule_errors("  momentum: 0.9\n  optimizer: rmsprop\n  rmsprop_eps: 0.01\n") == []
     assert rule_errors("  use_yolov1: true\n  loss_kind: bce\n") == [(6, "use_yolov1 conflicts with loss_kind bce")]
     assert rule_errors("  use_yolov1: true\n  use_cutmix: true\n") == [
         (5, "yolov1_masked (use_yolov1) cannot be combined with mixup/cutmix/knn-mixup")]

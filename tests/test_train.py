@@ -170,9 +170,9 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path):
     code, out = lmc("train", MLP, "--out", tmp_path / "other")
     assert code == 2 and "already holds a run" in out and "--overwrite" in out
     # recipe switches lmc train does not implement are refused, not ignored
-    code, out = lmc("train", MLP, "--set", "train.use_tta=true", "--set", "train.dropout=0.1",
+    code, out = lmc("train", MLP, "--set", "train.use_tta=true", "--set", "train.train_res=6",
                     "--out", tmp_path / "r")
-    assert code == 2 and "not implemented yet in lmc train: train.use_tta, train.dropout" in out
+    assert code == 2 and "not implemented yet in lmc train: train.train_res, train.use_tta" in out
     code, out = lmc("train", MLP, "--steps", 0, "--out", tmp_path / "r")
     assert code == 2 and "--steps must be at least 1" in out
     code, out = lmc("plot", tmp_path / "nothing")
@@ -304,13 +304,15 @@ def test_ctrl_c_checkpoints_mid_epoch_and_resume_matches(kill_setup):
 # ------------------------------------------------------------------------------------ demo specs
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,floor", [("digits_mlp", 0.97), ("digits_cnn", 0.98)])
-def test_digits_specs_reach_their_accuracy(tmp_path, name, floor):
-    """The demo recipes (fixed seed) reach ≥ 97% (MLP) / ≥ 98% (CNN) test top-1 in < 2 min."""
+@pytest.mark.parametrize("name,floor,limit", [("digits_mlp", 0.97, 120), ("digits_cnn", 0.98, 120),
+                                              ("digits_mobile", 0.98, 300)])
+def test_digits_specs_reach_their_accuracy(tmp_path, name, floor, limit):
+    """The demo recipes (fixed seed) reach ≥ 97% (MLP) / ≥ 98% (CNN, MBConv+SE) test top-1 in
+    < 2 min (< 5 min for digits_mobile, the issue's bound: its compile is most of it)."""
     t0 = time.time()
     code, out = lmc("train", ROOT / "specs" / f"{name}.yaml", "--out", tmp_path / "run")
     assert code == 0, out
-    assert time.time() - t0 < 120
+    assert time.time() - t0 < limit
     ev = records(tmp_path / "run", "eval")[-1]
     assert ev["n"] == 360 and ev["top1"] >= floor, ev
 

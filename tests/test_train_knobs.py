@@ -25,6 +25,7 @@ KNOBS = {
              "train.swag_samples=4"],
     "accum": ["train.grad_accum_steps=3"],
     "mixup_ls": ["train.use_mixup=true", "train.label_smoothing=0.1"],
+    "dropout": ["train.dropout=0.3"],
     "knn_mixup": ["train.use_knn_mixup=true", "train.knn_mixup_alpha=0.4"],
     "clip_head_rmsprop": ["train.grad_clip_norm=1.0", "train.head_lr_mult=3", "train.optimizer=rmsprop",
                           "train.use_adam=false", "train.momentum=0.9", "train.learning_rate=0.001"],
@@ -150,3 +151,28 @@ def test_tensorboard_mirrors_the_metrics(tmp_path):
     assert code == 0, out
     _, purges = _events(tb)
     assert purges == [json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["steps_per_epoch"] * 2 + 1]
+
+
+DEIT = MLP.parent / "digits_resnet_deit.yaml"
+
+
+def test_deit_recipe_resumes_bit_exactly(tmp_path):
+    """The whole data recipe on (mixing, RandAugment, erasing, repeated aug, EMA, smoothing):
+    a run killed mid-epoch and resumed ends bit-identical to the uninterrupted one."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", full)
+    assert code == 0, out
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--steps", 31)
+    assert code == 0, out
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--resume")
+    assert code == 0, out
+    a, _ = _ckpt(full / "last.npz")
+    b, _ = _ckpt(part / "last.npz")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_deit_recipe_reaches_98_percent(tmp_path):
+    code, out = lmc("train", DEIT, "--out", tmp_path / "r")
+    assert code == 0, out
+    assert _evals(tmp_path / "r")[-1]["top1"] >= 0.98

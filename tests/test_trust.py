@@ -243,6 +243,7 @@ def test_certify_json_follows_cohen(trained):
     # the table
     r = run("certify", MLP, "--init", ckpt, "--sigma", sigma, "--n0", 20, "--n", n, "--limit", 10)
     assert r.exit_code == 0 and "abstained on" in r.stdout
+    assert (ckpt.parent / "certify-sigma0.25.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.iree
@@ -354,8 +355,9 @@ def test_lipschitz_is_the_product_of_spectral_norms_and_sound(trained):
     acc = {c["radius"]: c for c in d["certified"]}
     assert acc[0]["correct"] == clean and acc[0.1]["correct"] <= acc[0.05]["correct"] <= clean
     assert d["vacuous_at"] == [5.0]
-    r = run("lipschitz", MLP, "--init", ckpt, "--radii", "5")
+    r = run("lipschitz", MLP, "--init", ckpt, "--radii", "5", "--plot", ckpt.parent / "l.png")
     assert "the certificate is vacuous at radius 5" in " ".join(r.stdout.split())
+    assert (ckpt.parent / "l.png").read_bytes()[:4] == b"\x89PNG"
 
     from lmc.infer import infer
     from lmc.lower import abi

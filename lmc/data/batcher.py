@@ -21,7 +21,7 @@ from lmc.data.dataset import Dataset
 from lmc.errors import DataError
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
-_SHUFFLE, _AUGMENT, _MIX = 0, 1, 2
+_SHUFFLE, _AUGMENT, _MIX, _TTA = 0, 1, 2, 4
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -139,6 +139,35 @@ class Batcher:
         return _Prefetch(lambda step: self.batch(epoch, step),
                          range(start_step, self.steps_per_epoch), self.prefetch,
                          name=f"lmc-batcher-e{epoch}")
+
+
+class TTA:
+    """Test-time augmentation (use_tta, tta_samples): `samples` label-free views of an eval batch
+    whose logits the eval averages.  A view is the training pipeline's image augmentation minus
+    what needs the label or destroys content (mixing, random erasing): pad-crop + horizontal flip
+    under `augment` (hflip only for datasets whose validation images are stored at the eval size,
+    imagenette — the seed's TTA), then the RandAugment / AutoAugment policy.  View k of eval batch
+    i draws from (seed, i, k) only: every eval of a run sees the same views."""
+
+    def __init__(self, ds: Dataset, cfg, pad_crop: int = 4):
+        from lmc.data.policy import Policy
+        self.samples, self.seed = cfg.tta_samples, cfg.seed
+        self.augment, self.hflip_only = cfg.augment, ds.train_crop is not None
+        self.pad_crop = pad_crop
+        self.policy = Policy.from_config(cfg, ds)
+        if not (self.augment or self.policy):
+            raise DataError("use_tta averages augmented views, but the recipe has no augmentation "
+                            "(augment, use_rand_augment or use_auto_augment): every view would be the same")
+
+    def view(self, x: np.ndarray, i: int, k: int) -> np.ndarray:
+        rng = _rng(self.seed, _TTA, i, k)
+        if self.augment:
+            if not self.hflip_only:
+                x = aug.pad_crop(x, self.pad_crop, rng)
+            x = aug.hflip(x, rng)
+        if self.policy is not None:
+            x = self.policy(x, rng)
+        return np.ascontiguousarray(x, dtype=np.float32)
 
 
 class _Failure:

@@ -76,7 +76,8 @@ OPS = {
     "Equalize": lambda img, a: ImageOps.equalize(img),
     "Invert": lambda img, a: ImageOps.invert(img),
     "Rotate": lambda img, a: img.rotate(a, resample=Image.NEAREST, fillcolor=_fill(img)),
-    "Posterize": lambda img, a: ImageOps.posterize(img, int(a)),
+    # bits ≥ 8 keep the image; 0 bits (timm's top level) is clamped to Pillow's minimum, 1
+    "Posterize": lambda img, a: img if int(a) >= 8 else ImageOps.posterize(img, max(int(a), 1)),
     "Solarize": lambda img, a: ImageOps.solarize(img, a),
     "SolarizeAdd": lambda img, a: _solarize_add(img, a),
     "Color": lambda img, a: ImageEnhance.Color(img).enhance(a),

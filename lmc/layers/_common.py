@@ -25,6 +25,17 @@ def check_channels(x, ic: int, what: str = "ic"):
         raise ShapeError(f"{what}={ic} but the incoming tensor has {c} channels ({x.type.shape_str()})")
 
 
+def drop_path(g, branch, net):
+    """A stochastic-depth site: the residual branch times a per-example keep mask [B, 1, …]
+    drawn by the host (0 or 1/keep; the rate ramps linearly over the net's sites, lmc/masks.py).
+    Without train.drop_path the branch is returned as is; in eval the mask is all ones."""
+    cfg = getattr(net, "train", None)
+    if cfg is None or not cfg.drop_path:
+        return branch
+    t = branch.type
+    return g.op("mul", branch, g.mask("drop_path", (t.dims[0],) + (1,) * (t.rank - 1)), flops=0)
+
+
 def act(g, x, kind):
     kind = kind.value if hasattr(kind, "value") else kind
     if kind == "identity":

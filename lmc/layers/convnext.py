@@ -8,7 +8,7 @@ from ..errors import ShapeError
 from ..fields import Activation, Normalization
 from ..types import TensorType
 from . import Layer, register
-from ._common import conv, ln, norm
+from ._common import conv, drop_path, ln, norm
 from ._shape import image
 
 
@@ -60,7 +60,7 @@ class ConvNextStage(Layer):
                 h = g.op("act", h, kind=self.act.value, flops=8 * h.type.size)
             h = conv(g, h, f"{i}.pw2.", 4 * c, c, 1, 1, "valid", bias=True, bias_flops=0)
             h = g.op("scale", h, params=[g.param(f"{i}.layer_scale", (c,), "constant", std=1e-6)])
-            x = g.op("add", h, x)
+            x = g.op("add", drop_path(g, h, net), x)
         return x
 
 

@@ -1,6 +1,5 @@
 """Feature-pyramid kinds: fpn_module (Mask R-CNN FPN neck) and fpn_detect (the reference's
-multi-scale anchor detection head).  Built from primitives, including the declared upsample,
-concat and channel_matmul, so they do not lower until those have templates.
+multi-scale anchor detection head), built from conv, channel_matmul, upsample, add and concat.
 
 Both read the outputs of the last ResNet stages (residual_block / bottleneck_block layers,
 C2..C5 at strides 4, 8, 16, 32) and must come right after the last one, so their input is C5.

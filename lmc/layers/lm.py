@@ -3,6 +3,8 @@ and broadcast primitives) and lm_head (built from the linear and transpose primi
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
@@ -27,6 +29,14 @@ class TokenPositionEmbed(Layer):
     examples: ClassVar = [(dict(vocab_size=7, seq_len=4, d_model=6, ids_input=True), TensorType((2, 4))),
                           (dict(vocab_size=5, seq_len=3, d_model=4), TensorType((2, 15))),
                           (dict(vocab_size=5, seq_len=3, d_model=4, gather=True, pos_emb=False), TensorType((2, 3)))]
+
+    def draw_input(self, rng, t: TensorType):
+        """A random input of type t for tests and benchmarks: token ids in [0, vocab_size) (f32),
+        or their one-hot rows."""
+        ids = rng.integers(0, self.vocab_size, (t.dims[0], self.seq_len))
+        if self.ids_input or self.gather:
+            return ids.astype(np.float32)
+        return np.eye(self.vocab_size, dtype=np.float32)[ids].reshape(t.dims)
 
     def build(self, g, x, net):
         v, t, d = self.vocab_size, self.seq_len, self.d_model

@@ -9,7 +9,7 @@ from typing import ClassVar
 from ..fields import Activation
 from ..types import TensorType
 from . import Layer, register
-from ._common import conv, conv_bn
+from ._common import conv, conv_bn, drop_path
 from ._shape import image, make_divisible
 
 STYLE = "xla_same"
@@ -34,9 +34,10 @@ def _unit(g, x, name, ic, oc, k, stride, activation, groups=1):
     return conv_bn(g, x, name, ic, oc, k, stride, STYLE, activation, groups, seed_act_flops=True)
 
 
-def _join(g, h, x, residual: bool):
-    """+ input when the block keeps its shape (the seed does not count the add)."""
-    return g.op("add", h, x, flops=0) if residual else h
+def _join(g, h, x, residual: bool, net):
+    """+ input when the block keeps its shape (the seed does not count the add); the branch is a
+    stochastic-depth site."""
+    return g.op("add", drop_path(g, h, net), x, flops=0) if residual else h
 
 
 @register("mb_conv")
@@ -76,7 +77,7 @@ class MbConv(Layer):
             if self.use_se:
                 h = _se(g, h, f"{i}.se.", max(1, bic // 4), "swish", "sigmoid")
             h = _unit(g, h, f"{i}.project.", mid, self.oc, 1, 1, "identity")
-            x = _join(g, h, x, s == 1 and bic == self.oc)
+            x = _join(g, h, x, s == 1 and bic == self.oc, net)
         return x
 
 
@@ -114,7 +115,8 @@ class MbConvV3(Layer):
         if self.use_se:
             h = _se(g, h, "se.", make_divisible(e / 4), "relu", "h_sigmoid")
         h = _unit(g, h, "project.", e, self.oc, 1, 1, "identity")
-        return _join(g, h, x, self.stride == 1 and self.ic == self.oc)
+        # no stochastic depth in MobileNetV3 (torchvision has none): no site
+        return _join(g, h, x, self.stride == 1 and self.ic == self.oc, None)
 
 
 @register("fused_mb_conv")
@@ -149,5 +151,5 @@ class FusedMbConv(Layer):
                 h = _se(g, h, f"{i}.se.", max(1, bic // 4), "swish", "sigmoid")
             if self.expand != 1:
                 h = _unit(g, h, f"{i}.project.", mid, self.oc, 1, 1, "identity")
-            x = _join(g, h, x, s == 1 and bic == self.oc)
+            x = _join(g, h, x, s == 1 and bic == self.oc, net)
         return x

@@ -8,7 +8,7 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._common import check_channels, conv_bn
+from ._common import check_channels, conv_bn, drop_path
 
 STYLE = "xla_same"
 
@@ -61,7 +61,7 @@ class InvertedResidual(Layer):
                 h = conv_bn(g, h, f"{i}.expand.", bic, mid, 1, 1, STYLE, "relu6")
             h = conv_bn(g, h, f"{i}.dw.", mid, mid, 3, s, STYLE, "relu6", groups=mid)
             h = conv_bn(g, h, f"{i}.project.", mid, self.oc, 1, 1, STYLE, "identity")
-            x = g.op("add", h, x) if s == 1 and bic == self.oc else h
+            x = g.op("add", drop_path(g, h, net), x) if s == 1 and bic == self.oc else h
         return x
 
 
@@ -104,4 +104,4 @@ class Uib(Layer):
         if self.post_d_wk:
             h = conv_bn(g, h, "post_dw.", mid, mid, self.post_d_wk, self.stride, STYLE, "relu", groups=mid)
         h = conv_bn(g, h, "project.", mid, self.oc, 1, 1, STYLE, "identity")
-        return g.op("add", h, x) if self.stride == 1 and self.ic == self.oc else h
+        return g.op("add", drop_path(g, h, net), x) if self.stride == 1 and self.ic == self.oc else h

@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from ..types import TensorType
 from . import Layer, register
-from ._common import act, check_channels, conv_bn
+from ._common import act, check_channels, conv_bn, drop_path
 
 # Block-internal convs use torchvision's symmetric padding (the seed: only top-level strided
 # convs follow the net's conv_pad_style).
@@ -34,7 +34,7 @@ class ResidualBlock(Layer):
             h = conv_bn(g, h, f"{i}.conv2.", self.oc, self.oc, 3, 1, STYLE, "identity")
             if s != 1 or bic != self.oc:
                 x = conv_bn(g, x, f"{i}.proj.", bic, self.oc, 1, s, STYLE, "identity")
-            x = act(g, g.op("add", h, x), "relu")
+            x = act(g, g.op("add", drop_path(g, h, net), x), "relu")
         return x
 
 
@@ -61,5 +61,5 @@ class BottleneckBlock(Layer):
             h = conv_bn(g, h, f"{i}.conv3.", mid, self.oc, 1, 1, STYLE, "identity")
             if s != 1 or bic != self.oc:
                 x = conv_bn(g, x, f"{i}.proj.", bic, self.oc, 1, s, STYLE, "identity")
-            x = act(g, g.op("add", h, x), "relu")
+            x = act(g, g.op("add", drop_path(g, h, net), x), "relu")
         return x

@@ -9,7 +9,7 @@ from typing import ClassVar
 from ..errors import ShapeError
 from ..types import TensorType
 from . import Layer, register
-from ._common import attention, conv, linear, ln
+from ._common import attention, conv, drop_path, linear, ln
 from ._shape import divides, image, tokens
 
 
@@ -68,18 +68,19 @@ class PatchEmbed(Layer):
         return g.op("add", y, g.op("broadcast", params=[pos], dims=(b, n + 1, d)))
 
 
-def encoder_block(g, x, name: str, heads: int, m: int, causal=False, rope=False, flash=False):
+def encoder_block(g, x, name: str, heads: int, m: int, causal=False, rope=False, flash=False, net=None):
     """One pre-LN block on tokens [B, N, d], tensors in the Lean kit's order (16): ln1 γ β;
     q, k, v, out (weight [d,d], bias [d]); ln2 γ β; mlp.fc1 [d,m] + [m]; mlp.fc2 [m,d] + [d].
-    FLOPs: the seed's (GELU 8 per element)."""
+    FLOPs: the seed's (GELU 8 per element).  `net`: the spec, whose train.drop_path makes the
+    two residual branches stochastic-depth sites."""
     d = x.type.dims[2]
     h = ln(g, x, f"{name}ln1.")
     q, k, v = (linear(g, h, f"{name}attn.{p}.", d, d) for p in ("q", "k", "v"))
     h = linear(g, attention(g, q, k, v, heads, causal, rope, flash=flash), f"{name}attn.out.", d, d)
-    x = g.op("add", x, h)
+    x = g.op("add", x, drop_path(g, h, net))
     h = linear(g, ln(g, x, f"{name}ln2."), f"{name}mlp.fc1.", d, m)
     h = g.op("act", h, kind="gelu", flops=8 * h.type.size)
-    return g.op("add", x, linear(g, h, f"{name}mlp.fc2.", m, d))
+    return g.op("add", x, drop_path(g, linear(g, h, f"{name}mlp.fc2.", m, d), net))
 
 
 @register("transformer_encoder")
@@ -119,7 +120,8 @@ class TransformerEncoder(Layer):
         if self.rope and (d // self.heads) % 2:
             raise ShapeError(f"rope needs an even head dimension, but dim={d} / heads={self.heads} = {d // self.heads}")
         for i in range(self.n_blocks):
-            x = encoder_block(g, x, f"{i}.", self.heads, self.mlp_dim, self.causal_mask, self.rope, self.flash_attn)
+            x = encoder_block(g, x, f"{i}.", self.heads, self.mlp_dim, self.causal_mask, self.rope, self.flash_attn,
+                              net=net)
         x = ln(g, x, "ln.")
         if self.causal_mask or self.keep_sequence:
             return x

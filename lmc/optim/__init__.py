@@ -110,6 +110,37 @@ def selection(cfg) -> tuple[str, str]:
     return ("adam", "use_adam") if cfg.use_adam else ("sgd", "optimizer")
 
 
+# recipe fields only some optimizers read: set with an optimizer that does not, they would do
+# nothing (config.check_rules refuses them, naming who reads them)
+OPTIMIZER_FIELDS = ("momentum", "rmsprop_decay", "rmsprop_eps")
+
+
+class _Reads:
+    """A stand-in recipe that records which fields hp_values reads (the one definition of what
+    an optimizer takes from the recipe is its hp_values)."""
+
+    def __init__(self, cfg):
+        object.__setattr__(self, "_cfg", cfg)
+        object.__setattr__(self, "seen", set())
+
+    def __getattr__(self, name):
+        self.seen.add(name)
+        return getattr(self._cfg, name)
+
+
+def fields_read(name: str, cfg) -> set[str]:
+    """The recipe fields optimizer `name` (and its fallback) read."""
+    _load()
+    seen: set[str] = set()
+    while name:
+        cls = OPTIMIZERS[name]
+        spy = _Reads(cfg)
+        cls(cfg).hp_values(spy)
+        seen |= spy.seen
+        name = cls.fallback
+    return seen
+
+
 def make_optimizer(name: str, cfg) -> Optimizer:
     _load()
     if name not in OPTIMIZERS:

@@ -93,3 +93,28 @@ def radius_cap(sigma: float, n: int, alpha: float) -> float:
     """The largest radius n draws can certify: a unanimous vote gives p_A = α^(1/n)."""
     from scipy import stats
     return float(sigma * stats.norm.ppf(alpha ** (1.0 / n)))
+
+
+def plot_certified(curves: dict, path, title: str, cap: float | None = None):
+    """Certified top-1 vs L2 radius, one line per label: curves = {label: (radii, right)} with
+    each example's certified radius and whether it is certified to its label (matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for label, (radii, right) in curves.items():
+        radii, right = np.asarray(radii, np.float64), np.asarray(right, bool)
+        top = max(float(radii.max(initial=0.0)), 1e-3) * 1.05
+        grid = np.linspace(0.0, top, 200)
+        ax.plot(grid, [100 * np.mean(right & (radii >= r)) for r in grid], label=label)
+    if cap is not None:
+        ax.axvline(cap, color="gray", ls="--", lw=0.8, label=f"largest certifiable radius {cap:.3g}")
+    ax.set_xlabel("L2 radius")
+    ax.set_ylabel("certified top-1 (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

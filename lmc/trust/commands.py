@@ -135,6 +135,7 @@ def certify(spec: SpecArg,
             radii: Annotated[str, typer.Option(help="Comma-separated L2 radii at which to report certified accuracy.")] = "0,0.25,0.5,0.75,1",
             limit: LimitOpt = None,
             seed: SeedOpt = 0,
+            plot: Annotated[Optional[Path], typer.Option(help="Where to write the certified-accuracy-vs-radius PNG (default: certify-sigma<σ>.png next to the checkpoint).")] = None,
             region: RegionOpt = "auto",
             backend: BackendOpt = None,
             chip: ChipOpt = None,
@@ -145,7 +146,7 @@ def certify(spec: SpecArg,
     """Certify a classifier by randomized smoothing (Cohen et al. 2019): an L2 radius per example.
 
     Each certificate holds with probability ≥ 1 − α; abstentions (p_A ≤ ½) count as wrong."""
-    from .certify import certified_accuracy, check_args, certify as run_certify, radius_cap
+    from .certify import certified_accuracy, check_args, certify as run_certify, plot_certified, radius_cap
     from .model import load_model
     with user_errors():
         rs = _floats(radii, "--radii")
@@ -153,6 +154,10 @@ def certify(spec: SpecArg,
         net = _load(spec, set, batch)
         m = load_model(net, init, data, backend, chip, _log, "forward", region, limit)
         certs = run_certify(m, sigma, n0, n, alpha, seed, log=_log)
+        path = plot or Path(init).with_name(f"certify-sigma{sigma:g}.png")
+        plot_certified({f"smoothed, σ = {sigma:g}": ([c.radius for c in certs], [c.correct for c in certs])}, path,
+                       f"{net.spec.name}: randomized smoothing, n = {n:,}, α = {alpha:g}", radius_cap(sigma, n, alpha))
+        _log(f"wrote {path}")
     acc = certified_accuracy(certs, rs)
     if as_json:
         print(json.dumps({"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed,
@@ -175,6 +180,7 @@ def lipschitz_cmd(spec: SpecArg,
                   init: InitOpt,
                   radii: Annotated[str, typer.Option(help="Comma-separated L2 radii at which to report certified accuracy.")] = "0.1,0.25,0.5",
                   limit: LimitOpt = None,
+                  plot: Annotated[Optional[Path], typer.Option(help="Where to write the certified-accuracy-vs-radius PNG (default: lipschitz.png next to the checkpoint).")] = None,
                   region: RegionOpt = "auto",
                   backend: BackendOpt = None,
                   chip: ChipOpt = None,
@@ -201,6 +207,10 @@ def lipschitz_cmd(spec: SpecArg,
         rad = margin_radii(logits, m.y, L)
         right = clean_correct(m).astype(bool)
         acc = certified(rad, right, rs)
+        from .certify import plot_certified
+        path = plot or Path(init).with_name("lipschitz.png")
+        plot_certified({f"margin/(√2·L), L = {L:.3g}": (rad, right)}, path, f"{net.spec.name}: Lipschitz certificate")
+        _log(f"wrote {path}")
     vacuous = [a["radius"] for a in acc if a["radius"] > 0 and a["correct"] == 0]
     if as_json:
         print(json.dumps({"layers": layers, "L": L, "clean": float(right.mean()),

@@ -47,10 +47,10 @@ def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) 
         x, y = batcher.batch(k // spe, k % spe)
         hp[ib] = k / (k + 1)
         if a.accum == 1:
-            out = mod.train_step(*P, *O, *E, *S, x, y, hp)
+            out = mod.train_step(*P, *O, *E, *S, x, y, hp, *a.mask_ones())     # no dropout / drop path
             S = list(out[nP + len(O) + len(E):-2])
         else:
-            out = mod.grad_step(*P, *S, *G, x, y, hp)
+            out = mod.grad_step(*P, *S, *G, x, y, hp, *a.mask_ones())
             S = list(out[nP:nP + len(S)])
     log(f"recalibrated {len(S)} BN statistics from {n_batches} training batches of {net.batch} "
         f"({n_batches * net.batch:,} examples, train mode)")

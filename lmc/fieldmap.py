@@ -1,0 +1,106 @@
+"""Where each `train:` field takes effect — the audit table of the recipe (beside config.py).
+
+Every TrainConfig field is in WHERE with the stage that reads it.  A field whose entry starts
+with "refused" is refused by `lmc train` with exit 2 whenever set (not implemented yet); one
+that says "refused without/on/with …" is refused where it cannot apply (a YOLO knob on a
+classifier); every other field changes what training does.  tests/test_recipe_audit.py
+walks every field on a small spec and checks the table against what actually happens: the
+field is refused naming itself, or the trained state (parameters, optimizer state, averages,
+BN statistics) differs from a run without it, or — for the eval- and cadence-only fields — the
+records it governs change.  No field is accepted and ignored.
+"""
+from __future__ import annotations
+
+WHERE: dict[str, str] = {
+    # the schedule and the update (lower.hyperparams, optim/*, schedule.py)
+    "learning_rate": "hp vector: the lr of every step (schedule.learning_rate)",
+    "batch_size": "the module's static batch; the batcher",
+    "epochs": "the schedule's length and the loop's",
+    "seed": "init draws, data order, augmentation and mixing draws",
+    "momentum": "optimizer hp (sgd momentum; rmsprop's μ); refused for optimizers that do not read it",
+    "use_adam": "optimizer selection (optim.selection)",
+    "optimizer": "optimizer selection (optim.selection)",
+    "use_muon": "optimizer selection: Muon for 2-D dense weights",
+    "use_shampoo": "optimizer selection: Shampoo for square dense weights",
+    "rmsprop_decay": "rmsprop hp ρ; refused with other optimizers",
+    "rmsprop_eps": "rmsprop hp ε; refused with other optimizers",
+    "weight_decay": "hp vector: decoupled weight decay in every optimizer template",
+    "cosine_decay": "schedule.learning_rate",
+    "warmup_epochs": "schedule.learning_rate",
+    "exp_lr_decay_rate": "schedule.learning_rate",
+    "exp_lr_decay_epochs": "schedule.learning_rate (under exp_lr_decay_rate)",
+    "wd_exclude_norm_bias": "Abi.decay: rank < 2 tensors take no decay",
+    "grad_accum_steps": "@grad_step/@apply_step: k micro-batches per update",
+    "grad_clip_norm": "templates/optim/grad_clip: global-norm clipping in the graph",
+    "head_lr_mult": "hp vector: the final dense head's lr multiplier",
+    "bn_momentum": "hp vector: the BN running statistics' weight on the old value",
+    "use_ema": "the EMA region on the device (templates/optim/ema)",
+    "ema_decay": "hp vector (under use_ema)",
+    "use_swa": "the SWA region, snapshots at epoch ends from swa_start_epoch",
+    "swa_start_epoch": "the first SWA snapshot (under use_swa)",
+    "use_swag": "SWAG deviations region and the sampled eval (under use_swa)",
+    "swag_k": "SWAG's deviation count (under use_swag)",
+    "swag_samples": "SWAG's eval samples (under use_swag)",
+    "spectral_cap": "@spectral_project after every spectral_every steps",
+    "spectral_every": "@spectral_project cadence (under spectral_cap)",
+    "fp8": "E4M3 projection of weights and input around the step (trust/fp8)",
+    # the loss (losses/*, config.effective_loss)
+    "label_smoothing": "the loss's targets",
+    "loss_kind": "the loss module (losses/*)",
+    "use_focal": "the integer-label CE's focal modifier (and YOLO objectness)",
+    "focal_gamma": "hp vector: the focal exponent (under use_focal)",
+    "use_yolov1": "the YOLOv1 loss; refused on nets without a detection head",
+    "use_diou_box": "YOLO loss: DIoU box term; refused without the YOLO loss",
+    "anchors": "YOLO loss: anchor path; refused without the YOLO loss",
+    "fpn_scales": "YOLO loss: multi-scale path; refused without fpn_detect",
+    "yolo_cls_weights": "YOLO loss, anchor path: class weights; refused elsewhere",
+    "yolo_cls_focal_gamma": "YOLO loss, anchor path: class focal γ; refused elsewhere",
+    # the data (data/batcher.py, mix.py, policy.py)
+    "augment": "batcher: pad-crop (or random crop) + horizontal flip",
+    "random_erasing": "batcher: random erasing",
+    "random_erasing_prob": "batcher (under random_erasing)",
+    "use_mixup": "batcher: mixup of images and soft targets (data/mix.py)",
+    "mixup_alpha": "mix.Mixer (under use_mixup)",
+    "use_cutmix": "batcher: cutmix (data/mix.py)",
+    "cutmix_alpha": "mix.Mixer (under use_cutmix)",
+    "use_knn_mixup": "batcher: KNN-mixup (data/mix.py)",
+    "knn_mixup_alpha": "mix.Mixer (under use_knn_mixup)",
+    "use_rand_augment": "batcher: RandAugment (data/policy.py)",
+    "rand_augment_n": "policy.Policy (under use_rand_augment)",
+    "rand_augment_m": "policy.Policy (under use_rand_augment)",
+    "rand_augment_geometric": "policy.Policy: timm's geometric sampler (under use_rand_augment)",
+    "rand_augment_mstd": "policy.Policy (under rand_augment_geometric)",
+    "rand_augment_inc": "policy.Policy (under rand_augment_geometric)",
+    "use_auto_augment": "batcher: AutoAugment (data/policy.py)",
+    "repeated_aug": "batcher.order: repeated augmentation",
+    "gaussian_noise_sigma": "batcher: N(0, σ²) added to every training batch",
+    "fpn_affine_scale": "refused: the FPN detector's box-aware affine augmentation is not implemented yet",
+    "fpn_affine_translate": "refused: not implemented yet (FPN affine augmentation)",
+    "fpn_affine_prob": "refused: not implemented yet (FPN affine augmentation)",
+    "fpn_affine_wh_thr_px": "refused unless fpn_affine_prob (which is refused)",
+    "fpn_affine_area_thr": "refused unless fpn_affine_prob (which is refused)",
+    "train_res": "refused: not implemented yet (train/test resolution split)",
+    "test_crop_ratio": "refused: not implemented yet (train/test resolution split)",
+    "dropout": "a keep mask on the final dense layer's input, drawn by the host (lmc/masks.py); refused on "
+               "a net not ending in dense",
+    "drop_path": "per-example keep masks on every residual branch, rate ramped over the sites (lmc/masks.py); "
+                 "refused on a net without residual sites",
+    # init (init.py, checkpoint.py)
+    "head_prior_bias": "init: the head bias := log π",
+    "det_prior_pi": "init: fpn_detect objectness biases; refused without fpn_detect",
+    "vit_init": "init: ViT's rules for linears and the patch embedding",
+    "cnx_init": "init: ConvNeXt's rules for convs and linears",
+    "bootstrap_backbone": "init: a prefix of the flat parameter vector from a .bin",
+    "bootstrap_backbone_range": "init: a window of the flat parameter vector from a .bin",
+    # precision
+    "bf16": "matmul operands in bfloat16 (transformer nets); refused where no primitive has a bf16 form",
+    "bf16_conv": "refused: not implemented yet (conv operands in bfloat16)",
+    # eval and cadence (train.py, evaluate.py)
+    "eval_every_n_epochs": "cadence: the eval records",
+    "checkpoint_every_n_epochs": "cadence: the checkpoint records",
+    "val_every_epochs": "refused: the seed's ImageNet-streaming cadence; eval_every_n_epochs is lmc's one cadence",
+    "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
+    "tta_samples": "eval: the number of TTA views (under use_tta)",
+    "running_bn": "fixed: lmc always keeps BN running statistics and evaluates with them (the seed's IREE path, "
+                  "running_bn: true of its JAX path): true is accepted as what lmc does",
+}
