@@ -203,7 +203,7 @@ _PROB = {"random_erasing_prob", "fpn_affine_prob"}
 # would be accepted and do nothing, so check_rules refuses them, naming the switch.
 DEPENDS = {
     "mixup_alpha": "use_mixup", "cutmix_alpha": "use_cutmix", "knn_mixup_alpha": "use_knn_mixup",
-    "random_erasing_prob": "random_erasing", "focal_gamma": ("use_focal", "anchors"), "ema_decay": "use_ema",
+    "random_erasing_prob": "random_erasing", "focal_gamma": ("use_focal", "anchors", "fpn_scales"), "ema_decay": "use_ema",
     "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
     "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",

@@ -43,7 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("fpn_scales", "det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv",
+_UNSUPPORTED = ("det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv",
                 "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
 
 

@@ -327,16 +327,16 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
     # recipe refusals (train.check_recipe) and a loss option that is not lowered yet
     yolo = tmp_path / "yolo.yaml"
     yolo.write_text(YOLO)
-    r = run("validate", yolo, "--set", "train.train_res=32", "--set", "train.fpn_scales=[[4, [[1.0, 1.0]]]]")
+    r = run("validate", yolo, "--set", "train.train_res=32", "--set", "train.yolo_cls_focal_gamma=2")
     assert r.exit_code == 0
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
     assert len(warnings) == 2
-    assert warnings[0].startswith("warning: --set train.fpn_scales: not implemented yet: train.fpn_scales "
+    assert warnings[0].startswith("warning: --set train.yolo_cls_focal_gamma: not implemented yet: train.yolo_cls_focal_gamma "
                                   "(with loss yolov1_masked)")
-    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.fpn_scales, train.train_res"
+    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.train_res"
     # and what validate warns of is exactly what render refuses
-    r2 = run("render", yolo, "--set", "train.fpn_scales=[[4, [[1.0, 1.0]]]]")
-    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.fpn_scales: not implemented yet")
+    r2 = run("render", yolo, "--set", "train.yolo_cls_focal_gamma=2")
+    assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.yolo_cls_focal_gamma: not implemented yet")
     r = run("validate", RECIPE)
     assert r.exit_code == 0 and "warning:" not in r.stderr
 
@@ -500,10 +500,10 @@ def test_missing_data_says_what_is_expected_and_that_lmc_never_downloads(fake_co
 def test_unimplemented_loss_option_has_a_hint(tmp_path):
     yolo = tmp_path / "yolo.yaml"
     yolo.write_text(YOLO)
-    r = run("render", yolo, "--set", "train.fpn_scales=[[4, [[1.0, 1.0]]]]")
+    r = run("render", yolo, "--set", "train.yolo_cls_focal_gamma=2")
     assert r.exit_code == 2
-    assert r.stderr.splitlines()[0].startswith("error: --set train.fpn_scales: not implemented yet: train.fpn_scales "
-                                               "(with loss yolov1_masked)")
+    assert r.stderr.splitlines()[0].startswith("error: --set train.yolo_cls_focal_gamma: not implemented yet: "
+                                               "train.yolo_cls_focal_gamma (with loss yolov1_masked)")
     assert r.stderr.splitlines()[1] == "hint: remove the field from the recipe (or set it to its default)"
 
 

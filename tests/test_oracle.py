@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from lmc.infer import infer  # noqa: E402
 from lmc.layers import all_layers, lowers  # noqa: E402
-from lmc.losses import Loss, lowered_losses  # noqa: E402
+from lmc.losses import lowered_losses  # noqa: E402
 from lmc.lower import abi, hyperparams, lower  # noqa: E402
 from lmc.errors import SpecError  # noqa: E402
 from lmc.optim import GLOBAL_HP, all_optimizers, assign  # noqa: E402

@@ -5,7 +5,6 @@ a segmentation run end to end: loss falls, mIoU in the JSONL, `lmc eval --json`,
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,8 +122,16 @@ def test_augmenting_images_whose_labels_live_in_image_space_is_refused():
     from lmc.config import TrainConfig
     cfg = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, augment=True, loss_kind=LossKind("per_pixel_ce"))
     loss = loss_for(LossKind("per_pixel_ce"), cfg)
-    with pytest.raises(NotImplementedKind, match="not implemented yet: train.augment with mask labels"):
-        loss.check_data(_ds(np.zeros((4, 4, 4), np.int32), MASK), i32(2, 4, 4), lambda y: y)
+    loss.check_data(_ds(np.zeros((4, 4, 4), np.int32), MASK), i32(2, 4, 4), lambda y: y)   # paired flips
+    erasing = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, random_erasing=True,
+                          loss_kind=LossKind("per_pixel_ce"))
+    with pytest.raises(NotImplementedKind, match="not implemented yet: train.random_erasing with mask labels"):
+        loss_for(LossKind("per_pixel_ce"), erasing).check_data(_ds(np.zeros((4, 4, 4), np.int32), MASK),
+                                                               i32(2, 4, 4), lambda y: y)
+    yolo = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, augment=True, use_yolov1=True)
+    with pytest.raises(NotImplementedKind, match="not implemented yet: train.augment with boxes labels"):
+        loss_for(LossKind("yolov1_masked"), yolo).check_data(_ds(np.zeros((4, 14, 2, 2), np.float32), BOXES),
+                                                             f32(2, 14, 2, 2), lambda y: y)
     loss_for(LossKind("class_ce"), cfg).check_data(_ds(np.zeros(4, np.int32), CLASS), i32(2), lambda y: y)
 
 
@@ -292,3 +299,18 @@ def test_anchor_targets_decode_to_their_own_boxes():
     r.add(z, t)
     assert sum(len(g[1]) for g in r.gts) == int(t[:, [4, 12]].sum()) > 0
     assert r.maps()[0] == pytest.approx(1.0)
+
+
+def test_masks_flip_with_their_images():
+    from lmc.data import Batcher
+    rng = np.random.default_rng(0)
+    x = rng.random((8, 1, 3, 4), dtype=np.float32)
+    y = (x[:, 0] > 0.5).astype(np.int32) + 2 * (np.arange(4) == 0)      # column 0 marked in the mask
+    ds = Dataset("d", x, y, x, y, 3, label_format=MASK)
+    xb, yb = Batcher(ds, 8, seed=1, shuffle=False, augment=True).batch(0, 0)
+    flipped = [not np.array_equal(xb[i], x[i]) for i in range(8)]
+    assert 0 < sum(flipped) < 8
+    for i in range(8):                 # the mask moved exactly as its image did
+        want = y[i][:, ::-1] if flipped[i] else y[i]
+        np.testing.assert_array_equal(yb[i], want)
+        np.testing.assert_array_equal(xb[i], x[i][:, :, ::-1] if flipped[i] else x[i])

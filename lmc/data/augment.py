@@ -54,6 +54,15 @@ def hflip(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+def paired_hflip(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Mirror each image [C, H, W] and its mask [H, W] left-right together, probability 1/2."""
+    flip = rng.random(x.shape[0]) < 0.5
+    xo, yo = x.copy(), y.copy()
+    xo[flip] = x[flip][:, :, :, ::-1]
+    yo[flip] = y[flip][:, :, ::-1]
+    return xo, yo
+
+
 def random_erasing(x: np.ndarray, p: float, rng: np.random.Generator, attempts: int = 10) -> np.ndarray:
     """With probability p per image, replace a rectangle (all channels) by N(0, 1) noise.
 

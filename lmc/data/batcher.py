@@ -106,7 +106,12 @@ class Batcher:
         idx = self.order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
         x = self.ds.x_train[idx]                      # fancy indexing: a fresh copy, safe to alter
         y = self.ds.y_train[idx]
-        x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
+        if self.ds.label_format == "mask" and self.augment:
+            # per-pixel labels move with their image: paired flips only (the seed's seg path)
+            x, y = aug.paired_hflip(x, y, _rng(self.seed, _AUGMENT, epoch, step))
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        else:
+            x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
         if self.labels is not None:
             y = self.labels(y)
         if self.mix is not None:

@@ -1,4 +1,5 @@
-"""yolov1_masked: YOLOv1's masked loss over a grid head, single box per cell (losses.md §6).
+"""yolov1_masked: YOLOv1's masked loss over a grid head — single box per cell, the A-anchor
+path and the FPN multi-scale path (losses.md §6, §7).
 
 Net output (lmc's layout: a fully-convolutional head, no reshape of a flat dense output)
 z [B, P, gH, gW], P = 10 + NC: channels [0, 2) box0 x, y (offsets in the cell), [2, 4) box0
@@ -18,8 +19,11 @@ anchors [[a_w, a_h], …] (§7): the A-anchor path, head and labels [B, A·(5 + 
 anchor [tx, ty, tw, th, obj, classes] (the mask is the target's obj channel): per slot the DIoU
 box term with its prior, detached focal objectness (α = 1 / λn, γ = focal_gamma) and the masked
 class CE, × yolo_cls_weights[c_true] when given.
-Not lowered yet (refused, never ignored): fpn_scales (the multi-scale path), yolo_cls_focal_gamma,
-yolo_cls_weights without anchors."""
+fpn_scales [[g, [[a_w, a_h], …]], …] (§7, after fpn_detect): the flat head [B, Σ A·S·g²] and the
+flat target of its shape are cut into per-scale blocks [B, A·S, g, g] (P3, P4, P5 order), each
+scored by the anchor path with its anchors, the gradients concatenated back.
+Not lowered yet (refused, never ignored): yolo_cls_focal_gamma, yolo_cls_weights without
+anchors or fpn_scales."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,6 +98,8 @@ class YoloV1Masked(Loss):
                 ({"loss_kind": "yolov1_masked", "anchors": "[[0.5, 0.8], [1.2, 0.6]]", "focal_gamma": 1.5},
                  [("", {}), ("g0", {"focal_gamma": 0.0})]),
                 ({"loss_kind": "yolov1_masked", "anchors": "[[0.7, 0.7]]", "yolo_cls_weights": "[1, 3, 0.5]"},
+                 [("", {})]),
+                ({"loss_kind": "yolov1_masked", "fpn_scales": "[[2, [[0.5, 0.5]]], [1, [[1.0, 1.0], [2.0, 1.5]]]]"},
                  [("", {})])]
 
     def __init__(self, kind, cfg=None):
@@ -103,7 +109,9 @@ class YoloV1Masked(Loss):
         # the A-anchor path (losses.md §7): anchors [[a_w, a_h], …]; its objectness is focal
         self.anchors = tuple(tuple(a) for a in cfg.anchors) if cfg is not None else ()
         self.cls_weights = tuple(cfg.yolo_cls_weights) if cfg is not None else ()
-        self.hp = ("focal_gamma",) if self.focal or self.anchors else ()
+        # the multi-scale path (losses.md §7): [(grid, anchors), …] in P3, P4, P5 order
+        self.fpn = tuple((int(g), tuple(tuple(a) for a in an)) for g, an in cfg.fpn_scales) if cfg is not None else ()
+        self.hp = ("focal_gamma",) if self.focal or self.anchors or self.fpn else ()
 
     def rules(self, cfg, soft_aug):
         out = []
@@ -113,15 +121,38 @@ class YoloV1Masked(Loss):
         # added (losses.md §1): the yolo target is a box tensor; there is nothing to smooth
         if cfg.label_smoothing != 0.0:
             out.append(Rule("yolov1_masked (use_yolov1) requires label_smoothing = 0", "label_smoothing"))
+        if cfg.fpn_scales and cfg.anchors:
+            out.append(Rule("fpn_scales gives each scale its own anchors; anchors would go unused", "anchors",
+                            also=("fpn_scales",), hint="drop anchors (or fpn_scales)"))
         return out
 
     def refused(self, cfg):
-        out = [f for f in ("fpn_scales", "yolo_cls_focal_gamma") if getattr(cfg, f)]
-        if cfg.yolo_cls_weights and not cfg.anchors:
+        out = [f for f in ("yolo_cls_focal_gamma",) if getattr(cfg, f)]
+        if cfg.yolo_cls_weights and not (cfg.anchors or cfg.fpn_scales):
             out.append("yolo_cls_weights")      # the seed weighs the anchor path's class term only
         return out
 
+    def fpn_slots(self, n_total: int):
+        """The multi-scale head's layout: per scale (offset, size, grid, anchors, slot) in the
+        flat output of n_total values (P3, P4, P5 order; each block [A·S, g, g] flattened)."""
+        cells = sum(len(an) * g * g for g, an in self.fpn)
+        slot = n_total // cells if cells and n_total % cells == 0 else 0
+        out, off = [], 0
+        for g, an in self.fpn:
+            n = len(an) * slot * g * g
+            out.append((off, n, g, an, slot))
+            off += n
+        return out
+
     def check_output(self, out):
+        if self.fpn:
+            cells = sum(len(an) * g * g for g, an in self.fpn)
+            if out.rank != 2 or out.dims[1] % cells or out.dims[1] // cells < SLOT_MIN:
+                return (f"{self.kind} with fpn_scales needs the flat multi-scale head [batch, Σ A·(5 + classes)·g²] "
+                        f"(Σ A·g² = {cells}), but the net's output is {list(out.dims)}")
+            if self.cls_weights and len(self.cls_weights) != out.dims[1] // cells - 5:
+                return f"yolo_cls_weights has {len(self.cls_weights)} weights but the head has {out.dims[1] // cells - 5} classes"
+            return None
         why = super().check_output(out)
         if why is not None:
             return why
@@ -139,22 +170,30 @@ class YoloV1Masked(Loss):
 
     @staticmethod
     def oracle_head(out, nc, fields=None):
+        import yaml
+
+        def field(name):                          # as the example writes it, YAML flow text
+            v = (fields or {}).get(name)
+            return yaml.safe_load(v) if isinstance(v, str) else v
+        fpn = field("fpn_scales")
+        if fpn:
+            n = sum(len(an) * g * g for g, an in fpn) * (5 + nc)
+            return ([("flatten", {})] if out.rank > 2 else []) + [("dense", {"fan_in": out.size // out.dims[0], "fan_out": n})]
         if out.rank != 4:
             return None
-        anchors = (fields or {}).get("anchors")
-        if isinstance(anchors, str):              # as the example writes it, YAML flow text
-            import yaml
-            anchors = yaml.safe_load(anchors)
+        anchors = field("anchors")
         oc = len(anchors) * (5 + nc) if anchors else BOX_CH + nc
         return [("conv2d", {"ic": out.dims[1], "oc": oc, "k_size": 1, "act": "identity"})]
 
     def labels(self, out):
-        if self.anchors:                  # the target's objectness channels are the masks
+        if self.anchors or self.fpn:      # the target's objectness channels are the masks
             return out
         b, p, gh, gw = out.dims
         return f32(b, p + 1, gh, gw)
 
     def context(self, logits, labels):
+        if self.fpn:
+            return self._fpn_context(logits)
         b, p, gh, gw = logits.dims
 
         def sl(lo, hi):
@@ -169,7 +208,7 @@ class YoloV1Masked(Loss):
                       "slab": f32(b, slot, gh, gw).mlir,
                       "cls_weights": "[" + ", ".join(flt(w) for w in self.cls_weights) + "]" if self.cls_weights else "",
                       "cwt": f32(max(slot - 5, 1)).mlir}
-        return {**anchor_ctx, "b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal, "diou": self.diou, "gh": gh, "gw": gw,
+        return {**anchor_ctx, "fpn": False, "b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal, "diou": self.diou, "gh": gh, "gw": gw,
                 "inv_gh": flt(1.0 / gh), "inv_gw": flt(1.0 / gw), "cmask": TensorType((b, gh, gw), "i1").mlir,
                 "s1": t(1), "s2": t(2), "s4": t(4), "sc": t(slot - 5 if self.anchors else p - BOX_CH),
                 "cell": f32(b, gh, gw).mlir,
@@ -177,10 +216,34 @@ class YoloV1Masked(Loss):
                 "sl_m": sl(p, p + 1), "lc": flt(LAMBDA_COORD), "ln": flt(LAMBDA_NOOBJ), "eps": flt(EPS),
                 "inv_b": flt(1.0 / b), "w_floor": flt(W_FLOOR)}
 
+    def _fpn_context(self, logits):
+        """Each scale is the A-anchor loss on its block, rendered here as its own function (this
+        template in anchor mode, for that block's types) and called by the flat function."""
+        from ..render import render_template, sig
+        b, n_total = logits.dims
+        funcs, scales = {}, []
+        for off, n, g, an, slot in self.fpn_slots(n_total):
+            sub = self._scale(an)
+            block = f32(b, len(an) * slot, g, g)
+            ctx = {"logits": block.mlir, "labels": block.mlir, **sub.context(block, block)}
+            fn = f"{self.name}_scale_{sig(self.name, ctx)}"
+            funcs[fn] = render_template(f"losses/{self.name}.mlir.j2", {**ctx, "name": fn}, f"loss {self.name} (scale {g})")
+            scales.append({"off": off, "n": n, "fn": fn, "block": block.mlir, "flat": f32(b, n).mlir})
+        return {"fpn": True, "b": b, "scales": scales, "fpn_funcs": "".join(funcs[k] for k in sorted(funcs)),
+                "inv_b": flt(1.0 / b)}
+
     def fit_labels(self, y, num_classes, cfg):
         return np.ascontiguousarray(y, np.float32)
 
     def draw_labels(self, rng, labels, logits):
+        if self.fpn:
+            b, n_total = labels.dims
+            parts = []
+            for off, n, g, an, slot in self.fpn_slots(n_total):
+                sub = self._scale(an)
+                block = f32(b, len(an) * slot, g, g)
+                parts.append(sub.draw_labels(rng, block, block).reshape(b, n))
+            return np.concatenate(parts, axis=1)
         if self.anchors:
             b, c, gh, gw = labels.dims
             s = c // len(self.anchors)
@@ -207,6 +270,15 @@ class YoloV1Masked(Loss):
         return t
 
     def reference(self, xp, logits, labels, focal_gamma=None):
+        if self.fpn:
+            b, n_total = logits.shape
+            total = 0.0
+            for off, n, g, an, slot in self.fpn_slots(n_total):
+                sub = self._scale(an)
+                shape = (b, len(an) * slot, g, g)
+                total = total + sub._anchor_reference(xp, logits[:, off:off + n].reshape(shape),
+                                                      labels[:, off:off + n].reshape(shape), focal_gamma)
+            return total
         if self.anchors:
             return self._anchor_reference(xp, logits, labels, focal_gamma)
         b, p = logits.shape[:2]
@@ -235,6 +307,12 @@ class YoloV1Masked(Loss):
         logp = cz - xp.log(xp.exp(cz).sum(axis=1, keepdims=True))
         t6 = -(m * (t[:, BOX_CH:p] * logp).sum(axis=1)).sum()
         return (t1 + t2 + obj + t6) / b
+
+    def _scale(self, anchors):
+        """This loss on one scale's block: the A-anchor path with that scale's anchors."""
+        sub = YoloV1Masked(self.kind, self.cfg)
+        sub.fpn, sub.anchors = (), tuple(anchors)
+        return sub
 
     def _anchor_reference(self, xp, z, t, gamma):
         """Σ over anchor slots: λc·m·(1 − DIoU with the slot's prior) + focal objectness (α = 1 on
@@ -268,6 +346,10 @@ class YoloV1Masked(Loss):
         units [0, 1]), scores [B, gH·gW] = confidence × top class probability (the confidence
         through σ when use_focal trained it as a logit, as the loss reads it) and classes; box0
         only (box1 is never trained)."""
+        if self.fpn:
+            parts = [self._scale(an).decode(z[:, off:off + n].reshape(len(z), len(an) * slot, g, g))
+                     for off, n, g, an, slot in self.fpn_slots(z.shape[1])]
+            return tuple(np.concatenate(x, axis=1) for x in zip(*parts))
         b, p, gh, gw = z.shape
         z = z.astype(np.float64)
         if self.anchors:                  # per anchor slot, its prior, σ on the objectness logit
@@ -290,6 +372,11 @@ class YoloV1Masked(Loss):
     def ground_truth(self, t: np.ndarray):
         """Labels t → per image (boxes [n, 4] in image units, classes [n]): single box
         [B, P + 1, gH, gW] (mask last), or per anchor slot (its objectness channel)."""
+        if self.fpn:
+            per = [self._scale(an).ground_truth(t[:, off:off + n].reshape(len(t), len(an) * slot, g, g))
+                   for off, n, g, an, slot in self.fpn_slots(t.shape[1])]
+            return [(np.concatenate([p[k][0] for p in per]), np.concatenate([p[k][1] for p in per]))
+                    for k in range(len(t))]
         b, c, gh, gw = t.shape
         if self.anchors:
             s = c // len(self.anchors)
