@@ -7,6 +7,20 @@ from pathlib import Path
 from .errors import TrainError
 
 
+def save_percent_plot(fig, ax, xlabel: str, ylabel: str, title: str, path) -> Path:
+    """Finish a top-1 (%) plot — labels, 0–100 % axis, title, legend — write it (110 dpi), close it."""
+    import matplotlib.pyplot as plt
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
         raise TrainError(f"no metrics log at {path}", hint="pass the --out directory of an `lmc train` run")

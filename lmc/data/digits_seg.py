@@ -64,14 +64,19 @@ def seg_canvases(images: np.ndarray, labels: np.ndarray, n: int, rng: np.random.
     return x, y
 
 
-def load_seg() -> Dataset:
+def _embedded(name, make, seed, n_train, n_val, num_classes, label_format, what) -> Dataset:
+    """A dataset built from the embedded digits' train and validation splits by `make`."""
     base = _digits()
-    rng = np.random.default_rng(SEG_SEED)
-    xt, yt = seg_canvases(base.x_train[:, 0], base.y_train, SEG_N_TRAIN, rng)
-    xv, yv = seg_canvases(base.x_val[:, 0], base.y_val, SEG_N_VAL, rng)
-    src = "lmc.data.digits_seg (embedded digits)"
-    return Dataset("digits_seg", xt, yt, xv, yv, num_classes=SEG_CLASSES, label_format=MASK,
+    rng = np.random.default_rng(seed)
+    xt, yt = make(base.x_train[:, 0], base.y_train, n_train, rng)
+    xv, yv = make(base.x_val[:, 0], base.y_val, n_val, rng)
+    src = f"lmc.data.digits_seg (embedded digits{what})"
+    return Dataset(name, xt, yt, xv, yv, num_classes=num_classes, label_format=label_format,
                    sources={a: src for a in ("x_train", "y_train", "x_val", "y_val")})
+
+
+def load_seg() -> Dataset:
+    return _embedded("digits_seg", seg_canvases, SEG_SEED, SEG_N_TRAIN, SEG_N_VAL, SEG_CLASSES, MASK, "")
 
 
 def load_denoise() -> Dataset:
@@ -127,10 +132,4 @@ def det_canvases(images: np.ndarray, labels: np.ndarray, n: int, rng: np.random.
 
 
 def load_det() -> Dataset:
-    base = _digits()
-    rng = np.random.default_rng(DET_SEED)
-    xt, yt = det_canvases(base.x_train[:, 0], base.y_train, DET_N_TRAIN, rng)
-    xv, yv = det_canvases(base.x_val[:, 0], base.y_val, DET_N_VAL, rng)
-    src = "lmc.data.digits_seg (embedded digits, detection)"
-    return Dataset("digits_det", xt, yt, xv, yv, num_classes=10, label_format=BOXES,
-                   sources={a: src for a in ("x_train", "y_train", "x_val", "y_val")})
+    return _embedded("digits_det", det_canvases, DET_SEED, DET_N_TRAIN, DET_N_VAL, 10, BOXES, ", detection")

@@ -155,6 +155,7 @@ def pgd(m: Model, eps_list: list[float], norm: str = "linf", steps: int = 10, st
 
 def plot_attack(clean: np.ndarray, results: list[AttackResult], path, title: str):
     """Robust top-1 vs ε with the 95% Wilson interval (matplotlib, Agg)."""
+    from ..plot import save_percent_plot
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -166,12 +167,4 @@ def plot_attack(clean: np.ndarray, results: list[AttackResult], path, title: str
     ax.plot(eps, acc, "o-", label=f"PGD ({rs[0].norm})")
     ax.fill_between(eps, [100 * l for l, _ in ci], [100 * h for _, h in ci], alpha=0.2, label="95% Wilson")
     ax.axhline(100 * clean.mean(), color="gray", ls="--", lw=0.8, label="clean")
-    ax.set_xlabel("ε")
-    ax.set_ylabel("top-1 (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_percent_plot(fig, ax, "ε", "top-1 (%)", title, path)

@@ -98,6 +98,7 @@ def radius_cap(sigma: float, n: int, alpha: float) -> float:
 def plot_certified(curves: dict, path, title: str, cap: float | None = None):
     """Certified top-1 vs L2 radius, one line per label: curves = {label: (radii, right)} with
     each example's certified radius and whether it is certified to its label (matplotlib)."""
+    from ..plot import save_percent_plot
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -109,12 +110,4 @@ def plot_certified(curves: dict, path, title: str, cap: float | None = None):
         ax.plot(grid, [100 * np.mean(right & (radii >= r)) for r in grid], label=label)
     if cap is not None:
         ax.axvline(cap, color="gray", ls="--", lw=0.8, label=f"largest certifiable radius {cap:.3g}")
-    ax.set_xlabel("L2 radius")
-    ax.set_ylabel("certified top-1 (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_percent_plot(fig, ax, "L2 radius", "certified top-1 (%)", title, path)
