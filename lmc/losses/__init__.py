@@ -5,7 +5,9 @@ combines with (`rules`), the net output it needs (`check_output`), the label ten
 given the net's output, its template context, the runtime hyperparameters it reads (they become
 entries of the hp vector), what it counts as `correct`, the labels the data pipeline must hand
 it, and a float64 reference written against an array namespace `xp` (NumPy or jax.numpy, like
-`Prim.reference`).  Its template `templates/losses/<name>.mlir.j2` holds one function:
+`Prim.reference`; a term the hand-derived gradient treats as a constant is wrapped in
+`detach(xp, v)`, which is `xp.stop_gradient` where the namespace has one — the test oracle's
+jax.numpy gets it from tests/conftest.py, so lmc itself never imports JAX).  Its template `templates/losses/<name>.mlir.j2` holds one function:
 
     @<name>_<sig>(logits, labels, hp...) -> (loss: tensor<f32>, dlogits, correct: tensor<f32>)
 
@@ -225,6 +227,13 @@ class Loss:
         """(count, ambiguous): the metric as the template counts it, in NumPy; `ambiguous`
         counts rows whose top two logits are so close that f32 rounding may reorder them."""
         raise NotImplementedError
+
+
+def detach(xp, v):
+    """v as a constant of the gradient: `xp.stop_gradient(v)` where xp has it (the oracle's
+    jax.numpy, tests/conftest.py), else v (NumPy has no gradient to stop)."""
+    stop = getattr(xp, "stop_gradient", None)
+    return v if stop is None else stop(v)
 
 
 def near_ties(z: np.ndarray) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import TensorType, f32, flt
-from . import BOXES, Loss, Rule, register
+from . import BOXES, Loss, Rule, detach, register
 
 LAMBDA_COORD, LAMBDA_NOOBJ, EPS = 5.0, 0.5, 1e-6
 BOX_CH = 10                   # channels before the class scores (2 boxes × 5)
@@ -56,14 +56,6 @@ def diou(xp, z, t, aw=1.0, ah=1.0):
     eh = xp.maximum(cy + h / 2, cyt + ht / 2) - xp.minimum(cy - h / 2, cyt - ht / 2)
     c2 = xp.maximum(ew ** 2 + eh ** 2, TINY)
     return inter / union - ((cx - cxt) ** 2 + (cy - cyt) ** 2) / c2
-
-
-def _detach(xp, v):
-    """The focal weight as a constant of the gradient (stop_gradient under JAX)."""
-    if xp.__name__.startswith("jax"):
-        import jax
-        return jax.lax.stop_gradient(v)
-    return v
 
 
 def _decode_slot(z, aw, ah):
@@ -298,8 +290,8 @@ class YoloV1Masked(Loss):
                 return xp.maximum(zz, 0.0) - zz * tt + xp.log1p(xp.exp(-xp.abs(zz)))
             p0, p1 = 1 / (1 + xp.exp(-c0)), 1 / (1 + xp.exp(-c1))
             pt = m * p0 + (1 - m) * (1 - p0)
-            w0 = _detach(xp, xp.maximum(1 - pt, W_FLOOR) ** focal_gamma)
-            w1 = _detach(xp, xp.maximum(p1, W_FLOOR) ** focal_gamma)
+            w0 = detach(xp, xp.maximum(1 - pt, W_FLOOR) ** focal_gamma)
+            w1 = detach(xp, xp.maximum(p1, W_FLOOR) ** focal_gamma)
             a0 = m + LAMBDA_NOOBJ * (1 - m)
             obj = (a0 * w0 * bce(c0, m)).sum() + LAMBDA_NOOBJ * (w1 * bce(c1, 0.0)).sum()
         cz = z[:, BOX_CH:p]
@@ -327,7 +319,7 @@ class YoloV1Masked(Loss):
             o = zs[:, 4]
             p0 = 1 / (1 + xp.exp(-o))
             pt = m * p0 + (1 - m) * (1 - p0)
-            w0 = _detach(xp, xp.maximum(1 - pt, W_FLOOR) ** gamma)
+            w0 = detach(xp, xp.maximum(1 - pt, W_FLOOR) ** gamma)
             bce = xp.maximum(o, 0.0) - o * m + xp.log1p(xp.exp(-xp.abs(o)))
             total = total + ((m + LAMBDA_NOOBJ * (1 - m)) * w0 * bce).sum()
             cz = zs[:, 5:] - zs[:, 5:].max(axis=1, keepdims=True)
