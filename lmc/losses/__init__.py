@@ -229,6 +229,14 @@ class Loss:
         raise NotImplementedError
 
 
+def row_types(logits: TensorType) -> dict:
+    """The template types of a [B, K] classifier loss: a per-row value, the logits' and the
+    rows' boolean masks (class_ce, soft_label_ce, bce)."""
+    b = logits.dims[0]
+    return {"row": TensorType((b,)).mlir, "mask": TensorType(logits.dims, "i1").mlir,
+            "row_mask": TensorType((b,), "i1").mlir}
+
+
 def detach(xp, v):
     """v as a constant of the gradient: `xp.stop_gradient(v)` where xp has it (the oracle's
     jax.numpy, tests/conftest.py), else v (NumPy has no gradient to stop)."""

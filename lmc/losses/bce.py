@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType, f32, flt
-from . import MULTI_HOT, Loss, near_ties, register
+from ..types import flt
+from . import MULTI_HOT, Loss, near_ties, register, row_types
 
 
 @register("bce")
@@ -22,8 +22,7 @@ class BCE(Loss):
 
     def context(self, logits, labels):
         b, nc = logits.dims
-        return {"inv_bc": flt(1.0 / (b * nc)), "row": f32(b).mlir, "mask": TensorType(logits.dims, "i1").mlir,
-                "row_mask": TensorType((b,), "i1").mlir}
+        return {"inv_bc": flt(1.0 / (b * nc)), **row_types(logits)}
 
     def fit_labels(self, y, num_classes, cfg):
         """Integer labels → one-hot targets smoothed here: t = onehot·(1−ε) + ε/NC."""

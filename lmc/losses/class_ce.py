@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType, f32, i32
-from . import CLASS, Loss, Rule, near_ties, register
+from ..types import i32
+from . import CLASS, Loss, Rule, near_ties, register, row_types
 
 Q_FLOOR = 1e-7          # the focal factor's floor (losses.md §2.1)
 
@@ -40,8 +40,8 @@ class ClassCE(Loss):
 
     def context(self, logits, labels):
         b, nc = logits.dims
-        return {"b": b, "nc": nc, "inv_b": f"{1.0 / b:.9e}", "row": f32(b).mlir, "mask": TensorType(logits.dims, "i1").mlir,
-                "row_mask": TensorType((b,), "i1").mlir, "focal": self.focal, "q_floor": f"{Q_FLOOR:.9e}"}
+        return {"b": b, "nc": nc, "inv_b": f"{1.0 / b:.9e}", **row_types(logits), "focal": self.focal,
+                "q_floor": f"{Q_FLOOR:.9e}"}
 
     def fit_labels(self, y, num_classes, cfg):
         return np.ascontiguousarray(y, np.int32)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType, f32
-from . import SOFT, Loss, near_ties, register
+from . import SOFT, Loss, near_ties, register, row_types
 
 
 @register("soft_label_ce")
@@ -20,8 +19,7 @@ class SoftLabelCE(Loss):
 
     def context(self, logits, labels):
         b, _ = logits.dims
-        return {"b": b, "inv_b": f"{1.0 / b:.9e}", "row": f32(b).mlir, "mask": TensorType(logits.dims, "i1").mlir,
-                "row_mask": TensorType((b,), "i1").mlir}
+        return {"b": b, "inv_b": f"{1.0 / b:.9e}", **row_types(logits)}
 
     def fit_labels(self, y, num_classes, cfg):
         """Integer labels become one-hot targets with label smoothing applied here:

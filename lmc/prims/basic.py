@@ -66,10 +66,13 @@ class Bias(Prim):
     params = ("b",)
     examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))])]
 
+    what = "bias"
+
     def infer(self, ins, ps):
+        """A [C] parameter along dim 1 of x; y has x's type (one elementwise op)."""
         (x,), (b,) = ins, ps
         if x.rank < 2 or b.dims != (x.dims[1],):
-            raise ShapeError(f"bias of shape {b.shape_str()} does not match {x.shape_str()}")
+            raise ShapeError(f"{self.what} of shape {b.shape_str()} does not match {x.shape_str()}")
         return x, x.size
 
     def saved(self, ins, ps, out):

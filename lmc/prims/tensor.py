@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..types import TensorType, flt
 from . import Prim, primitive
+from .basic import Bias
 
 
 @primitive("concat")
@@ -155,14 +156,8 @@ class Scale(Prim):
     params = ("s",)
     examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))])]
 
-    def infer(self, ins, ps):
-        (x,), (s,) = ins, ps
-        if x.rank < 2 or s.dims != (x.dims[1],):
-            raise ShapeError(f"scale of shape {s.shape_str()} does not match {x.shape_str()}")
-        return x, x.size
-
-    def context(self, ins, ps, out):
-        return {"other_dims": [d for d in range(ins[0].rank) if d != 1]}
+    what = "scale"
+    infer, context = Bias.infer, Bias.context        # the per-channel shape rule; saves x (Prim.saved)
 
     @staticmethod
     def reference(xp, x, s):
