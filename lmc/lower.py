@@ -126,6 +126,10 @@ def abi(net: TypedNet) -> Abi:
                                  f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
                                  hint="remove the field from the recipe (or set it to its default)")
     check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
+    if cfg.bf16 and not any(n.prim.mixed_precision for n in net.graph.nodes):
+        raise SpecError("train.bf16 rounds the operands of the primitives with a bf16 form (dense, linear, "
+                        "matmul, attention), and this net has none (convs would need bf16_conv, not "
+                        "implemented yet)", net.spec.loc("train", "bf16"))
     where = selection(cfg)[1]
     try:
         optimizers = assign(net)

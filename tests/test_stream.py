@@ -48,6 +48,8 @@ def test_imagenet_always_streams_and_stream_refuses_other_kinds(tmp_path):
     make_tree(tmp_path, n_per_class=2)
     ds = load_dataset("imagenet", tmp_path, (3, 14, 14), 3)
     assert isinstance(ds.x_train, Images) and ds.name == "imagenet"
+    with pytest.raises(DataError, match="imagenet .* cannot be held in RAM"):
+        load_dataset("imagenet", tmp_path, (3, 14, 14), 3, stream=False)
     with pytest.raises(DataError, match="--stream reads image folders"):
         load_dataset("digits", None, (1, 8, 8), 10, stream=True)
 

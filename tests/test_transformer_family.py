@@ -262,3 +262,13 @@ def test_sample_refuses_a_classifier():
     from lmc.sample import check_lm
     with pytest.raises(LmcError, match="token_position_embed"):
         check_lm(infer(load_spec("v.yaml", text=VIT), 1))
+
+
+def test_bf16_is_refused_on_a_net_without_a_bf16_primitive():
+    from lmc.errors import SpecError
+    from lmc.lower import abi
+    net = infer(load_spec("c.yaml", text="name: c\ninput: {channels: 1, height: 4, width: 4}\nlayers:\n"
+                                        "  - conv2d: {ic: 1, oc: 2, k_size: 3}\n  - global_avg_pool\n"
+                                        "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true}\n"))
+    with pytest.raises(SpecError, match="train.bf16 rounds the operands .* this net has none"):
+        abi(net)

@@ -48,6 +48,9 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     input_shape = tuple(int(d) for d in input_shape)
     if stream and kind not in ("imagenette", "imagenet"):
         raise DataError(f"--stream reads image folders (imagenette, imagenet), not {kind}")
+    if stream is False and kind == "imagenet":
+        raise DataError("--no-stream: imagenet (1.28 M images, ~938 GiB as float32) cannot be held in RAM; "
+                        "it always streams", hint="drop --no-stream")
     ds = _load(kind, path, input_shape, num_classes, seed, options, stream)
     if ds.train_crop is None:
         ds.x_train = fit_shape(ds.x_train, input_shape, ds.source("x_train"))
