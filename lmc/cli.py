@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import typing
 from pathlib import Path
@@ -84,7 +85,9 @@ def user_errors():
         yield
     except LmcError as e:
         # plain write: rich would wrap a long `file:line:col: message` line at the terminal width
-        sys.stderr.write(e.render() + "\n")
+        from .dist import launched_rank
+        r = launched_rank()
+        sys.stderr.write((f"rank {r}: " if r else "") + e.render() + "\n")
         raise typer.Exit(2)
 
 
@@ -266,18 +269,40 @@ def train(spec: SpecArg,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
           stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
           tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
+          nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
+          devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
+          dist_timeout: Annotated[float, typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs).")] = 300.0,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
     Ctrl-C saves a checkpoint at the current step and exits with code 130."""
+    from .dist import launched_size
     from .train import Interrupted, TrainOptions, train as run_training
     sets = list(set or []) + ([(f"train.epochs={epochs}", "--epochs")] if epochs is not None else [])
+    world = launched_size()
     try:
         with user_errors():
+            if nproc < 1:
+                raise LmcError(f"--nproc must be at least 1, got {nproc}")
+            if world > 1 and nproc not in (1, world):
+                raise LmcError(f"--nproc {nproc}, but the launcher started {world} ranks",
+                               hint="under mpiexec/mpirun leave --nproc out (the launcher's -n decides)")
+            if dist_timeout <= 0:
+                raise LmcError(f"--dist-timeout must be positive, got {dist_timeout:g}")
             net = _load(spec, sets)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
-                                tensorboard=tensorboard, stream=stream)
+                                tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
+                                nproc=world if world > 1 else nproc)
+            if world == 1 and nproc > 1:
+                # this process launches the ranks: refuse what they would refuse, once, here
+                from .dist import launch
+                from .train import Trainer
+                Trainer(net, opts, err)
+                raise typer.Exit(launch(_rank_argv(sys.argv[1:]), nproc,
+                                        devices.split(",") if devices else None, err.print))
+            if devices:
+                os.environ["LMC_DEVICES"] = devices
             s = run_training(net, opts, err)
     except Interrupted as e:
         err.print(str(e), markup=False, highlight=False)
@@ -286,11 +311,30 @@ def train(spec: SpecArg,
         err.print("aborted by Ctrl-C (before training started, or a second Ctrl-C): no checkpoint was written "
                   "for the current step", markup=False, soft_wrap=True)
         raise typer.Exit(130)
+    if s.rank:                            # rank 0 reports for a data-parallel run
+        return
     ev = f"; {s.eval.describe()}" if s.eval is not None else ""
     loss = f"{s.loss + 0.0:.4f}" if s.loss is not None else "n/a"
     err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
               f"({s.images_per_s:,.0f} img/s), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
               f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _rank_argv(argv: list[str]) -> list[str]:
+    """This command line for the ranks: without --nproc and --devices (the launcher's and
+    LMC_DEVICES' business)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--nproc", "--devices"):
+            skip = True
+            continue
+        if a.startswith(("--nproc=", "--devices=")):
+            continue
+        out.append(a)
+    return out
 
 
 @app.command("eval", cls=_Command)

@@ -182,12 +182,14 @@ class Fp8Format(Choice):
 
 
 # lmc's own recipe fields beyond the seed's TrainConfig: the trust tools' training knobs
-# (docs/trust.md), after the seed's 78 in TrainConfig.
+# (docs/trust.md) and data-parallel training's (docs/distributed.md), after the seed's 78 in
+# TrainConfig.
 _LMC_FIELDS: list[tuple[str, Any, Any]] = [
     ("gaussian_noise_sigma", float, 0.0),   # N(0, σ²) added to every training batch (smoothing)
     ("spectral_cap", float, 0.0),           # project weights onto ‖W‖₂ ≤ c; 0 = off
     ("spectral_every", int, 1),             # ... after every K steps (and at the end)
     ("fp8", Fp8Format, Fp8Format.off),
+    ("sync_bn", bool, False),               # data-parallel: batch statistics over all ranks (refused)
 ]
 TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS + _LMC_FIELDS}
 # Fields that are counts where 0 is meaningful ("off").

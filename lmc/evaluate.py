@@ -109,29 +109,47 @@ def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
         res.top5 += count_correct(logits, y, 5)
 
 
+def _logits(module, params, state, x, y, batch: int, tta=None, world=None):
+    """(xb, yb, n, logits of the n real rows) for every eval batch, in order.  Data-parallel
+    `world`: rank r computes batches r, r + N, … and the logits are gathered, so every rank
+    scores all of them, identically."""
+    def one(i, xb, n):
+        if tta is None:
+            return np.array(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
+        # float64 sums copy each result before the next call reuses its buffer
+        return sum(np.asarray(module.forward(*params, *state, tta.view(xb, i, k)))[:n].astype(np.float64)
+                   for k in range(tta.samples)) / tta.samples
+
+    if world is None or world.size == 1:
+        for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
+            yield xb, yb, n, one(i, xb, n)
+        return
+    mine = {i: one(i, xb, n) for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)) if i % world.size == world.rank}
+    got = {}
+    for part in world.allgather(mine):
+        got.update(part)
+    for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
+        yield xb, yb, n, got[i]
+
+
 def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int,
-             label_format: str = "class ids", regions: dict | None = None, loss=None, tta=None):
+             label_format: str = "class ids", regions: dict | None = None, loss=None, tta=None, world=None):
     """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays.
     Labels other than class ids are scored by lmc/metrics.py: per-pixel masks (pixel accuracy,
     IoU, region Dice over `regions`), float targets (MSE, PSNR), box targets (mAP, decoded by
     the recipe's `loss`).  tta: a data.TTA — each batch's logits are the mean over its
-    `samples` augmented views (class ids only)."""
+    `samples` augmented views (class ids only).  world: data-parallel ranks share the batches
+    (_logits); the result is the same on every rank and equal to one process's."""
     from .metrics import scorer
     other = scorer(label_format, num_classes, regions, loss)
     if other is not None and tta is not None:
         raise TrainError("use_tta averages classifier logits; this spec's labels are scored by other metrics")
     if other is not None:
-        for xb, yb, n in eval_batches(x, y, batch):
-            other.add(np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n], yb[:n],
-                      xb[:n])
+        for xb, yb, n, logits in _logits(module, params, state, x, y, batch, world=world):
+            other.add(logits, yb[:n], xb[:n])
         return other
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
-    for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
-        if tta is None:
-            logits = np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
-        else:               # float64 sums copy each result before the next call reuses its buffer
-            logits = sum(np.asarray(module.forward(*params, *state, tta.view(xb, i, k)))[:n].astype(np.float64)
-                         for k in range(tta.samples)) / tta.samples
+    for xb, yb, n, logits in _logits(module, params, state, x, y, batch, tta, world):
         _score(res, logits, yb[:n])
     return res
 

@@ -44,6 +44,7 @@ WHERE: dict[str, str] = {
     "spectral_cap": "@spectral_project after every spectral_every steps",
     "spectral_every": "@spectral_project cadence (under spectral_cap)",
     "fp8": "E4M3 projection of weights and input around the step (trust/fp8)",
+    "sync_bn": "refused: data-parallel BN statistics over all ranks would need a collective inside the compiled step",
     # the loss (losses/*, config.effective_loss)
     "label_smoothing": "the loss's targets",
     "loss_kind": "the loss module (losses/*)",

@@ -60,6 +60,13 @@ class Abi:
     no_decay: frozenset = frozenset()   # params excluded from weight decay (wd_exclude_norm_bias)
     used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
     masks: list = field(default_factory=list)   # graph.Mask: the train step's host-drawn random inputs
+    world: int = 1                  # data-parallel ranks (lmc/dist.py): the gradient is Σ over them
+
+    @property
+    def split(self) -> bool:
+        """@grad_step + @apply_step instead of @train_step: accumulation, or data-parallel ranks
+        (whose gradients are summed between the two)."""
+        return self.accum > 1 or self.world > 1
 
     def mask_ones(self) -> list[np.ndarray]:
         """All-ones masks: the exact identity (what @forward uses)."""
@@ -110,7 +117,7 @@ def head_params(net) -> frozenset:
     return frozenset(p.name for p in last.params)
 
 
-def abi(net: TypedNet) -> Abi:
+def abi(net: TypedNet, world: int = 1) -> Abi:
     cfg = net.spec.train
     out = net.output.type
     if cfg is None:
@@ -147,13 +154,13 @@ def abi(net: TypedNet) -> Abi:
     if cfg.use_ema:
         hp.append("ema_decay")
     k = max(cfg.grad_accum_steps, 1)
-    if k > 1:
+    if k > 1 or world > 1:
         hp.append("grad_scale")
     # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
     no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
                net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
-               list(net.graph.masks))
+               list(net.graph.masks), world)
 
 
 def ema_decay(cfg, step: int) -> float:
@@ -172,7 +179,7 @@ def hyperparams(a: Abi, cfg, lr: float, step: int) -> list[float]:
     update of m would."""
     vals = {"lr": lr, "weight_decay": cfg.weight_decay, "t": float(step),
             "bn_momentum": cfg.bn_momentum ** (1.0 / a.accum), "grad_clip_norm": cfg.grad_clip_norm,
-            "head_lr_mult": cfg.head_lr_mult, "ema_decay": ema_decay(cfg, step), "grad_scale": 1.0 / a.accum}
+            "head_lr_mult": cfg.head_lr_mult, "ema_decay": ema_decay(cfg, step), "grad_scale": 1.0 / (a.accum * a.world)}
     if a.loss is not None:
         vals.update(a.loss.hp_values(cfg))
     for o in a.used:
@@ -247,11 +254,13 @@ def unsupported(net: TypedNet, functions: str = "all") -> list:
     return errs
 
 
-def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> str:
+def lower(net: TypedNet, functions: str = "all", backend: str | None = None, world: int = 1) -> str:
     """Render the module.  functions: train_step (the training functions: @train_step, or
     @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
     backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
-    `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS)."""
+    `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS).
+    world > 1 (data-parallel ranks): @grad_step + @apply_step even without accumulation, the
+    update scaled by 1/(k·world) — the host sums the ranks' accumulators in between."""
     if functions in ("all", "train_step", "input_grad"):
         check_recipe_fits(net)
     errs = unsupported(net, functions)
@@ -262,8 +271,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None) -> 
     if functions in ("all", "train_step"):
         if net.spec.train is None:
             raise SpecError("rendering @train_step needs a `train:` recipe in the spec", net.spec.layers[0].loc)
-        a = abi(net)
-        if a.accum == 1:
+        a = abi(net, world)
+        if not a.split:
             bodies.append(_train_step(net, em, a))
         else:
             bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
@@ -553,7 +562,7 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
 
 
 def _apply_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
-    """The optimizer update from the accumulated gradients (scaled by grad_scale = 1/k: the
+    """The optimizer update from the accumulated gradients (scaled by grad_scale = 1/(k·world): the
     mean over the k micro-batches), and the accumulators zeroed for the next cycle."""
     em.lines = []
     N = _Names(net, a)

@@ -25,14 +25,19 @@ def site_rates(masks, cfg) -> list[float]:
     return [cfg.dropout if m.kind == "dropout" else ramp[id(m)] for m in masks]
 
 
-def draw(masks, cfg, seed: int, epoch: int, batch: int) -> list[np.ndarray]:
-    """The masks of step `batch` of epoch `epoch`: 0 or 1/keep, float32."""
+def draw(masks, cfg, seed: int, epoch: int, batch: int, rank: int = 0, ranks: int = 1) -> list[np.ndarray]:
+    """The masks of step `batch` of epoch `epoch`: 0 or 1/keep, float32.  Data-parallel
+    `ranks` > 1: the masks of the whole global batch (ranks × the step's batch, axis 0) are
+    drawn as one process would, and rank `rank` gets its slice."""
     if not masks:
         return []
     rng = np.random.default_rng([seed % 2**64, _MASKS, epoch, batch])
     out = []
     for m, rate in zip(masks, site_rates(masks, cfg)):
+        dims = m.value.type.dims
+        full = (dims[0] * ranks,) + tuple(dims[1:])
         keep = 1.0 - rate
-        kept = rng.random(m.value.type.dims) < keep
-        out.append((kept / np.float32(keep)).astype(np.float32) if keep > 0 else np.zeros(m.value.type.dims, np.float32))
+        kept = rng.random(full) < keep
+        a = (kept / np.float32(keep)).astype(np.float32) if keep > 0 else np.zeros(full, np.float32)
+        out.append(np.ascontiguousarray(a[rank * dims[0]:(rank + 1) * dims[0]]) if ranks > 1 else a)
     return out

@@ -1,6 +1,7 @@
 """Load a .vmfb with the IREE runtime and call its functions on device-resident arrays."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -70,17 +71,54 @@ def yield_to_workers() -> int | None:
         return None
 
 
+_workers_set: str | None = None
+# what the IREE runtime reads to decide it runs under mpirun (iree_hal_mpi_is_configured)
+_IREE_MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPIEXEC_HOSTNAME")
+
+
+@contextlib.contextmanager
+def _no_iree_mpi():
+    """Create a device without IREE's own MPI channel provider: under a launcher's environment
+    the runtime would dlopen libmpi and MPI_Init/MPI_Finalize behind mpi4py's back (and fail
+    where libmpi.so is not on the library path).  lmc's collectives are lmc/dist.py's; the
+    compiled module has none."""
+    saved = {k: os.environ.pop(k) for k in _IREE_MPI_ENV if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _task_workers(rt, n: str) -> None:
+    """Cap the local-task device's worker groups (once per process, before its first device)."""
+    global _workers_set
+    if _workers_set is None:
+        if not n.isdigit() or int(n) < 1:
+            raise LmcError(f"LMC_TASK_WORKERS={n!r}: expected a positive number of worker threads")
+        rt.flags.parse_flags(f"--task_topology_group_count={int(n)}")
+        _workers_set = n
+
+
 class Module:
     """A loaded `module @model`: `.train_step(*args)` / `.forward(*args)` take numpy or device
     arrays and return device arrays (feed them straight back; `np.asarray` copies to host)."""
 
-    def __init__(self, vmfb: str | Path, backend: str = "llvm-cpu", driver: str | None = None):
+    def __init__(self, vmfb: str | Path, backend: str = "llvm-cpu", driver: str | None = None,
+                 device: str | None = None):
+        """device: which device of the driver (a data-parallel rank's own: "1" → cuda://1);
+        None: the driver's default.  LMC_TASK_WORKERS=n caps the CPU device's worker threads
+        (ranks sharing a machine's cores each get their share)."""
         import iree.runtime as rt
         keep_freed_memory()
         self.rt = rt
         name = driver or RUNTIME_DRIVER[backend]
+        workers = os.environ.get("LMC_TASK_WORKERS")
+        if name == "local-task" and workers:
+            _task_workers(rt, workers)
         try:
-            self.config = rt.Config(name)
+            with _no_iree_mpi():
+                self.config = (rt.Config(device=rt.get_device(f"{name}://{device}")) if device is not None
+                               else rt.Config(name))
         except Exception as e:  # the runtime raises ValueError/RuntimeError variants per driver
             kind = {"hip": "HIP (AMD ROCm)", "cuda": "CUDA"}.get(name, name)
             raise TrainError(f"no {kind} device found (runtime driver '{name}'): {str(e).splitlines()[0][:200]}",

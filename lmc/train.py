@@ -44,7 +44,10 @@ METRICS = "metrics.jsonl"
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
 _UNSUPPORTED = ("det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv",
-                "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs")
+                "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs", "sync_bn")
+# data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
+# at every eval and checkpoint)
+CHECK_EVERY = 100
 
 
 @dataclass
@@ -61,6 +64,8 @@ class TrainOptions:
     log_every: int = 10
     tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
     stream: bool | None = None        # image folders decoded per batch (None: by size)
+    dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others
+    nproc: int = 1                    # data-parallel ranks (lmc/dist.py; the launcher's world)
 
 
 class Interrupted(Exception):
@@ -80,6 +85,7 @@ class Summary:
     images_per_s: float
     checkpoint: Path | None = None
     train_cpu_seconds: float = 0.0      # process CPU time (all threads) of the training steps
+    rank: int = 0                       # data-parallel: this process's rank (0 reports)
     extra: dict = field(default_factory=dict)
 
 
@@ -136,6 +142,25 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
 def _to_host(arrays) -> list[np.ndarray]:
     """Fresh host copies of device arrays (a read waits for the work that produces them)."""
     return [np.array(a.to_host() if hasattr(a, "to_host") else a, dtype=np.float32, copy=True) for a in arrays]
+
+
+def _scalar(v) -> float:
+    """A loss or count as a float: a device scalar read back, or a host number."""
+    return float(v.to_host() if hasattr(v, "to_host") else v)
+
+
+class _NoMetrics:
+    """A data-parallel rank other than 0: it logs nothing (rank 0 writes metrics.jsonl)."""
+    kept: list = []
+
+    def write(self, flush: bool = True, **rec):
+        pass
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
 
 
 def _now() -> str:
@@ -201,7 +226,18 @@ class Trainer:
         errs = refusals(net)
         if errs:
             raise errs[0] if len(errs) == 1 else MultiError(errs)
-        self.abi = abi(net)
+        from . import dist
+        self.world = dist.current(opts.dist_timeout)      # Single unless a launcher started ranks
+        # the launching process (`--nproc N`, one process yet) checks what its ranks will
+        W = self.world.size if self.world.size > 1 else opts.nproc
+        self.abi = abi(net, W)
+        self.gbatch = net.batch * self.world.size          # examples per step, all ranks together
+        if W > 1:
+            self._check_dist(W)
+        if self.world.size > 1:
+            if self.world.rank != 0:                      # rank 0 speaks and writes for the run
+                from rich.console import Console
+                self.console = Console(quiet=True)
         self.out = Path(opts.out) if opts.out else Path("runs") / net.spec.name
         self.ckpt_path = self.out / CHECKPOINT
         if opts.resume and opts.init:
@@ -213,8 +249,22 @@ class Trainer:
             raise TrainError(f"{self.out} already holds a run",
                              hint="continue it with --resume, replace it with --overwrite, or choose another --out")
         self.stop_requested = False
+        self._sigint = False               # data-parallel: Ctrl-C seen here, agreed at the next step
         self.last_loss: float | None = None
         self.last_ckpt_step: int | None = None
+
+    def _check_dist(self, W: int):
+        """What data-parallel training refuses: results that would depend on the rank count."""
+        cfg, loss = self.cfg, self.abi.loss
+        why = []
+        if not loss.batch_mean:
+            why.append(f"loss {loss.kind}: its batch value is not a mean of per-example terms (a ratio or a "
+                       f"batch-wide Dice), so the mean of the ranks' gradients is not the global batch's")
+        if cfg.fp8.value != "off":
+            why.append("train.fp8 (the projected step is the fused @train_step)")
+        if why:
+            raise TrainError(f"not implemented yet with {W} data-parallel ranks: " + "; ".join(why),
+                             hint="train with one process (no --nproc)")
 
     def log(self, text: str):
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -232,7 +282,8 @@ class Trainer:
         from .runtime import Module
         net, cfg, opts = self.net, self.cfg, self.opts
         self.backend = resolve_backend(opts.backend)
-        text = lower(net, backend=self.backend)     # before the data: a refusal costs no loading
+        W = self.world.size
+        text = lower(net, backend=self.backend, world=W)   # before the data: a refusal costs no loading
         self.resumed = None
         if opts.resume:
             if not self.ckpt_path.exists():
@@ -243,7 +294,9 @@ class Trainer:
         from .data.batcher import TTA
         self.tta = TTA(self.ds, cfg) if cfg.use_tta else None
         erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
-        self.batcher = Batcher(self.ds, net.batch, seed=cfg.seed, shuffle=opts.shuffle,
+        # data-parallel: every rank prepares the global batch (the single-process stream of a
+        # batch of W·batch_size) and keeps its slice (lmc/dist.py shard)
+        self.batcher = Batcher(self.ds, self.gbatch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
                                mix=Mixer.from_config(cfg), policy=Policy.from_config(cfg, self.ds),
                                repeated=cfg.repeated_aug)
@@ -252,18 +305,22 @@ class Trainer:
         # is dropped like the batch remainder: one optimizer batch is k·batch_size examples)
         self.bpe = self.batcher.steps_per_epoch // k * k
         if self.bpe == 0:
-            raise TrainError(f"grad_accum_steps {k} × batch_size {net.batch} = {k * net.batch} examples per "
+            raise TrainError(f"grad_accum_steps {k} × batch {self.gbatch} = {k * self.gbatch} examples per "
                              f"optimizer step, but the training split has {len(self.ds.x_train):,}",
                              hint="lower train.grad_accum_steps or train.batch_size")
         self.total = cfg.epochs * self.bpe
         self.stop_at = min(self.total, opts.steps) if opts.steps else self.total
         if self.resumed is not None:
             m = self.resumed.meta
-            for key, now in (("batch_size", net.batch), ("steps_per_epoch", self.bpe)):
+            for key, now in (("batch_size", self.gbatch), ("steps_per_epoch", self.bpe)):
                 if m.get(key) != now:
-                    raise TrainError(f"--resume: the checkpoint was trained with {key} {m.get(key)}, now {now}; "
+                    what = "global batch (ranks × batch_size)" if key == "batch_size" else key
+                    raise TrainError(f"--resume: the checkpoint was trained with {what} {m.get(key)}, now {now}; "
                                      f"the data position would not mean the same batches",
-                                     hint="resume with the same batch size and dataset")
+                                     hint="resume with the same global batch (--nproc × train.batch_size) and dataset")
+            if m.get("ranks", 1) != W and net.state:
+                self.warn(f"the checkpoint was trained on {m.get('ranks', 1)} rank(s), this run has {W}: the BN "
+                          f"batch statistics are now over {net.batch} examples per rank")
             if m.get("fp8", "off") != cfg.fp8.value:
                 raise TrainError(f"--resume: the checkpoint was trained with fp8 {m.get('fp8', 'off')}, this "
                                  f"recipe has fp8 {cfg.fp8.value}", hint="resume with the recipe the run was started with")
@@ -279,6 +336,10 @@ class Trainer:
                  f"× {cfg.epochs} epochs ({self.total:,} steps); {opt}, lr {cfg.learning_rate:g} "
                  f"{schedule_name(cfg)}; dataset {self.ds.name} ({len(self.ds.x_train):,} train, "
                  f"{len(self.ds.x_val):,} val); backend {self.backend}; run dir {self.out}")
+        if W > 1:
+            self.log(f"data-parallel: {W} ranks × batch {net.batch} = global batch {self.gbatch} per step "
+                     f"(train.batch_size is per rank; change it with --set train.batch_size=…); gradients "
+                     f"summed by MPI all-reduce, BN statistics per rank, averaged at each eval and checkpoint")
         # initial tensors on the host, before compiling: a bad --init file fails fast
         if self.resumed is not None:
             params, opt_state, state = self.resumed.params, self.resumed.opt, self.resumed.state
@@ -304,18 +365,19 @@ class Trainer:
         t0 = time.time()
         c = compile_module(text, None, self.backend, opts.chip)
         self.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
-        self.module = Module(c.path, self.backend)
+        self.module = Module(c.path, self.backend, device=self._device())
         up = self.module.upload
         self.P = [up(a) for a in params]
         self.O = [up(a) for a in opt_state]
         self.S = [up(a) for a in state]
         self._setup_regions(params)
-        self.metrics = _Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
-                                self.opts.tensorboard)
+        self.metrics = (_Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
+                                 self.opts.tensorboard) if self.world.rank == 0 else _NoMetrics())
         if self.resumed is None:
             self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
                                net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
-                               steps_per_epoch=self.bpe, epochs=cfg.epochs, optimizer=opt,
+                               global_batch=self.gbatch,
+                               steps_per_epoch=self.bpe, epochs=cfg.epochs, optimizer=opt, ranks=W,
                                schedule=schedule_name(cfg), learning_rate=cfg.learning_rate, seed=cfg.seed,
                                shuffle=opts.shuffle, dataset=self.ds.name, n_train=len(self.ds.x_train),
                                n_val=len(self.ds.x_val), backend=self.backend)
@@ -323,6 +385,18 @@ class Trainer:
             self.metrics.write(kind="resume", time=_now(), step=self.step, epoch=self.epoch + 1, batch=self.batch)
 
     # ------------------------------------------------------------------ averaged / accumulated weights
+    def _device(self) -> str | None:
+        """This rank's device of --devices (LMC_DEVICES, one per local rank), else the default."""
+        import os
+        devs = [d for d in os.environ.get("LMC_DEVICES", "").split(",") if d]
+        if not devs:
+            return None
+        w = self.world
+        if w.local_rank >= len(devs):
+            raise TrainError(f"--devices {','.join(devs)}: {len(devs)} device(s) for {w.local_size} ranks on this machine",
+                             hint="name one device per rank")
+        return devs[w.local_rank]
+
     def regions(self) -> list[str]:
         """The per-parameter regions this recipe keeps next to the live weights (checkpoint.REGIONS)."""
         cfg = self.cfg
@@ -353,7 +427,9 @@ class Trainer:
         self.E = [up(a) for a in region("ema", params)] if self.cfg.use_ema else []
         self.A = [up(a) for a in region("swa", zeros)] if self.cfg.use_swa else []
         self.Q = [up(a) for a in region("swa_sq", zeros)] if self.cfg.use_swag else []
-        self.G = [up(a) for a in region("grad_acc", zeros)] if self.abi.accum > 1 else []
+        # the accumulators: k-step accumulation keeps them in checkpoints; data-parallel steps
+        # without accumulation pass zeros (which @apply_step hands back)
+        self.G = [up(a) for a in region("grad_acc", zeros)] if self.abi.split else []
         self.swa_n = int(self.resumed.meta.get("swa_n", 0)) if self.resumed is not None else 0
         # spectral_cap: the capped weights' power-iteration vectors (warm starts)
         self.caps, self.U = [], []
@@ -374,7 +450,10 @@ class Trainer:
         out = {}
         for r, arrays in (("ema", self.E), ("swa", self.A), ("swa_sq", self.Q), ("grad_acc", self.G)):
             if r in self.regions():
-                out[r] = dict(zip(names, _to_host(arrays)))
+                # a mid-cycle accumulator differs per rank: its rank mean, which every rank of
+                # a resumed run starts from, sums to the same total (exact up to rounding)
+                host = self.world.mean_arrays(arrays) if r == "grad_acc" else _to_host(arrays)
+                out[r] = dict(zip(names, host))
         if self.caps:
             out["spectral_u"] = {c.param.name: u for c, u in zip(self.caps, _to_host(self.U))}
         if self.cfg.use_swag:
@@ -418,7 +497,19 @@ class Trainer:
         return "live"
 
     # ------------------------------------------------------------------ pieces
+    def sync_ranks(self):
+        """Data-parallel: the BN running statistics become the ranks' mean (so every rank
+        evaluates and saves the same model), and parameters and optimizer state are checked to
+        be bit-identical across ranks.  A collective: every rank calls it at the same step."""
+        if self.world.size == 1:
+            return
+        from .dist import check_same
+        if self.S:
+            self.S = [self.module.upload(a) for a in self.world.mean_arrays(self.S)]
+        check_same(self.world, "parameters and optimizer state", _to_host(self.P) + _to_host(self.O), self.step)
+
     def save(self, complete: bool = False) -> Path:
+        self.sync_ranks()
         params, opt, state = _to_host(self.P), _to_host(self.O), _to_host(self.S)
         for name, a in zip([p.name for p in self.net.params] + [s.name for s in self.net.state], params + state):
             if not np.isfinite(a).all():
@@ -430,8 +521,13 @@ class Trainer:
                 "name": self.net.spec.name, "complete": complete, "time": _now(),
                 "lr": self.lr_at(max(self.step, 1)), "swa_n": self.swa_n,
                 "eval_region": self.eval_region(final=complete), "fp8": self.cfg.fp8.value}
-        save_checkpoint(self.ckpt_path, self.net, self.abi.opt_keys, params, opt, state, meta, self.host_regions())
+        if self.world.size > 1:
+            meta.update(batch_size=self.gbatch, ranks=self.world.size, rank_batch=self.net.batch)
+        regions = self.host_regions()                 # a collective under data-parallel ranks
         self.last_ckpt_step = self.step
+        if self.world.rank != 0:                      # rank 0 writes the run's files
+            return self.ckpt_path
+        save_checkpoint(self.ckpt_path, self.net, self.abi.opt_keys, params, opt, state, meta, regions)
         self.metrics.write(kind="checkpoint", step=self.step, epoch=self.epoch + (1 if self.batch else 0),
                            path=str(self.ckpt_path))
         return self.ckpt_path
@@ -445,6 +541,7 @@ class Trainer:
     def run_eval(self, final: bool = False) -> EvalResult:
         from .evaluate import evaluate_swag
         region = self.eval_region(final)
+        self.sync_ranks()
         args = (self.ds.x_val, self.ds.y_val, self.net.batch, self.net.num_classes or 1)
         if region == "swag":
             r = evaluate_swag(self.module, _to_host(self.A), _to_host(self.Q), self.devs, self.S,
@@ -452,7 +549,7 @@ class Trainer:
         else:
             weights = {"live": self.P, "ema": self.E, "swa": self.A}[region]
             r = evaluate(self.module, weights, self.S, *args, label_format=eval_format(self.ds.label_format, self.abi.loss),
-                         loss=self.abi.loss, tta=self.tta)
+                         loss=self.abi.loss, tta=self.tta, world=self.world)
         r.region = region
         ep = self.epoch + (1 if self.batch else 0)
         self.metrics.write(kind="eval", step=self.step, epoch=ep, region=region, **r.as_dict())
@@ -465,11 +562,11 @@ class Trainer:
         if not self.pending:
             return
         now = time.perf_counter()
-        ips = self.net.batch * len(self.pending) / max(now - self.t_window, 1e-9)
-        B = self.net.batch
+        ips = self.gbatch * len(self.pending) / max(now - self.t_window, 1e-9)
+        B = self.gbatch
         for step, ep, b, lr, loss_d, corr_d in self.pending:
-            loss = float(loss_d.to_host())
-            correct = float(corr_d.to_host())
+            loss = _scalar(loss_d)
+            correct = _scalar(corr_d)
             if not math.isfinite(loss):
                 self.pending = []
                 self.metrics.write(kind="diverged", time=_now(), step=step, epoch=ep + 1, batch=b, loss=str(loss))
@@ -522,15 +619,15 @@ class Trainer:
             r = self.run_eval(final=True)
             self.log(f"final eval: {r.describe()}")
         # segmentation / detection / regression: a picture of the first validation predictions
-        if save_predictions(self.last_eval, self.out / "predictions.png"):
+        if self.world.rank == 0 and save_predictions(self.last_eval, self.out / "predictions.png"):
             self.log(f"wrote {self.out / 'predictions.png'}")
         self.save(complete=self.step >= self.total)
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
                            train_seconds=round(self.train_seconds, 3))
-        ips = self.net.batch * self.steps_run / self.train_seconds if self.train_seconds else 0.0
+        ips = self.gbatch * self.steps_run / self.train_seconds if self.train_seconds else 0.0
         return Summary(self.out, self.step, self.epoch, self.last_loss, self.last_eval,
                        time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path,
-                       self.train_cpu)
+                       self.train_cpu, rank=self.world.rank)
 
     def lr_at(self, step: int) -> float:
         """The lr of the optimizer update that micro-batch `step` (1-based) contributes to: the
@@ -570,7 +667,8 @@ class Trainer:
         """The dropout / drop-path masks of the current batch (lmc/masks.py), from (seed, epoch,
         batch): a resumed run draws the same."""
         from .masks import draw
-        return draw(self.abi.masks, self.cfg, self.cfg.seed, self.epoch, self.batch)
+        return draw(self.abi.masks, self.cfg, self.cfg.seed, self.epoch, self.batch,
+                    self.world.rank, self.world.size)
 
     def _fused_step(self, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, self.step)
@@ -596,10 +694,42 @@ class Trainer:
             self.E, self.G = res[nP + nO:nP + nO + nE], res[nP + nO + nE:]
         return out[-2], out[-1]
 
+    def _dist_step(self, x, y, lr):
+        """One data-parallel micro-batch: @grad_step on this rank's slice of the global batch;
+        at the k-th, the accumulators summed over the ranks (one bucketed all-reduce, with the
+        loss, the correct count and the stop flag riding along) and @apply_step on the sums
+        (grad_scale 1/(k·ranks)).  Returns the global batch's mean loss and correct count."""
+        from .dist import check_same, shard
+        w, k = self.world, self.abi.accum
+        hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
+        nP, nS = len(self.P), len(self.S)
+        out = self.module.grad_step(*self.P, *self.S, *self.G, shard(x, w.rank, w.size), shard(y, w.rank, w.size),
+                                    hp, *self.step_masks())
+        self.G, self.S = out[:nP], out[nP:nP + nS]
+        extra = np.array([_scalar(out[-2]), _scalar(out[-1]), float(self._sigint)])
+        w.step = self.step
+        if self.step % k == 0:
+            G, ext = w.sum_buffers(self.G, extra)
+            up = self.module.upload
+            nO, nE = len(self.O), len(self.E)
+            res = self.module.apply_step(*self.P, *self.O, *self.E, *[up(g) for g in G], hp)
+            self.P, self.O = res[:nP], res[nP:nP + nO]
+            self.E, self.G = res[nP + nO:nP + nO + nE], res[nP + nO + nE:]
+            if self.step % CHECK_EVERY == 0:
+                check_same(w, "parameters", _to_host(self.P), self.step)
+        else:
+            _, ext = w.sum_buffers([], extra)
+        if ext[2] > 0:
+            self.stop_requested = True
+        return ext[0] / w.size, ext[1]
+
     def _on_sigint(self, signum, frame):
-        if self.stop_requested:           # a second Ctrl-C: stop at once, no checkpoint
+        if self.stop_requested or self._sigint:    # a second Ctrl-C: stop at once, no checkpoint
             raise KeyboardInterrupt
-        self.stop_requested = True
+        if self.world.size > 1:           # the ranks agree on the stop step in the next all-reduce
+            self._sigint = True
+        else:
+            self.stop_requested = True
 
     def _interrupt(self):
         self._flush()
@@ -612,8 +742,10 @@ class Trainer:
     def _epochs(self):
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeRemainingColumn)
-        cfg, net = self.cfg, self.net
+        cfg = self.cfg
         step_fn = self._micro_step if self.abi.accum > 1 else self._fused_step
+        if self.world.size > 1:
+            step_fn = self._dist_step
         if cfg.fp8.value != "off":
             step_fn = self._fp8_step
         console = self.console
@@ -626,7 +758,7 @@ class Trainer:
                 for rec in self.metrics.kept:
                     if rec.get("kind") == "step" and rec.get("epoch") == e + 1:
                         self.ep_loss += rec["loss"]
-                        self.ep_correct += rec["acc"] * net.batch
+                        self.ep_correct += rec["acc"] * self.gbatch
                         self.ep_n += 1
             self.ips = 0.0
             progress = Progress(TextColumn(f"epoch {e + 1}/{cfg.epochs}"), BarColumn(), MofNCompleteColumn(),
@@ -673,10 +805,10 @@ class Trainer:
                 return
             self.epoch, self.batch = e + 1, 0
             mean = self.ep_loss / max(self.ep_n, 1)
-            acc = self.ep_correct / max(self.ep_n * net.batch, 1)
+            acc = self.ep_correct / max(self.ep_n * self.gbatch, 1)
             # a regression loss counts nothing (Loss.counts_correct): no accuracy to report
             counts = self.abi.loss.counts_correct
-            ips = net.batch * steps_epoch / dt if dt > 0 else 0.0
+            ips = self.gbatch * steps_epoch / dt if dt > 0 else 0.0
             self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc if counts else None,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
                                seconds=round(dt, 3))

@@ -98,6 +98,10 @@ class Loss:
     examples: ClassVar[list] = []
     # the template's `correct` is a count of right predictions (False: a regression, always 0)
     counts_correct: ClassVar[bool] = True
+    # the batch's loss is the mean of per-example terms of fixed weight, so the mean of equal
+    # shards' gradients is the batch's gradient (data-parallel ranks, lmc/dist.py); False for
+    # a ratio over the batch (weighted CE's Σw·CE/Σw) or a batch-wide statistic (soft Dice)
+    batch_mean: ClassVar[bool] = True
     # the oracle's net for the loss × optimizer grid, (layers, input dims) before the head
     # (None: the optimizer's grid net)
     oracle_net: ClassVar[tuple | None] = None

@@ -10,6 +10,7 @@ from ._per_pixel import PerPixel, dice_reference
 
 @register("per_pixel_dice")
 class PerPixelDice(PerPixel):
+    batch_mean = False              # soft Dice of the whole batch
     order = 3
     # added (losses.md §1): Dice alone has no one-hot target to smooth
     smoothing_ok = False

@@ -9,6 +9,7 @@ from ._per_pixel import PerPixel, ce_pixels, dice_reference
 
 @register("per_pixel_dice_ce")
 class PerPixelDiceCE(PerPixel):
+    batch_mean = False              # its Dice term is batch-wide
     order = 4
     hp = ("label_smoothing",)
     examples = [({"loss_kind": "per_pixel_dice_ce"}, [("", {}), ("ls0.1", {"label_smoothing": 0.1})])]

@@ -18,6 +18,7 @@ def _positive(v):
 
 @register("per_pixel_weighted_ce")
 class PerPixelWeightedCE(PerPixel):
+    batch_mean = False              # Σ w_y·CE / Σ w_y over the batch
     order = 5
     params = (Param("weights", list[float], (), example="[w0, w1, ...]", check=_positive),)
     hp = ("label_smoothing",)

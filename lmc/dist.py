@@ -1,0 +1,295 @@
+"""Data-parallel training on MPI (mpi4py): `lmc train SPEC --nproc N`, or started by `mpiexec`.
+
+The engine is MPI through mpi4py — the `dist` extra (`pip install lmc[dist]`: mpi4py and the
+MPICH wheel, whose `mpiexec` is the launcher), imported only when a run has more than one rank.
+Each rank runs the compiled `@grad_step` on its shard of the global batch; the gradient
+accumulators G come to the host, are packed into ~25 MB buckets and summed across ranks by
+MPI_Iallreduce (each bucket's reduction starts as soon as it is packed, while the next is being
+copied); every rank uploads the same sums and runs `@apply_step`, whose grad_scale is
+1/(grad_accum_steps · N): the mean over the global batch.  Parameters and optimizer state are
+replicated and stay bit-identical (checked by `Checker`).
+
+Rank and world size come from the launcher's environment (MPICH/Hydra: PMI_RANK/PMI_SIZE;
+Open MPI: OMPI_COMM_WORLD_*; Slurm's PMI via the same variables).  A single-process run gets
+`Single`, which does nothing and imports nothing.
+
+Failure: every collective waits with a deadline (`timeout` seconds, `--dist-timeout`): a rank
+that died or hangs makes the others stop with an error naming the step, and MPI_Abort ends the
+job (the launcher itself reports a rank killed by a signal: `launch` names it)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TrainError
+
+BUCKET_BYTES = 25 * 2 ** 20        # DDP's default bucket size
+DEFAULT_TIMEOUT = 300.0            # seconds a rank waits for the others in a collective
+_RANK_ENV = (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+             ("PMIX_RANK", None))
+
+
+def launched_size() -> int:
+    """The world size the launcher's environment announces (1 when started without one)."""
+    for rank, size in _RANK_ENV:
+        if size and os.environ.get(size):
+            try:
+                return int(os.environ[size])
+            except ValueError:
+                return 1
+    return 1
+
+
+def launched_rank() -> int:
+    """This process's rank as the launcher's environment says (0 without one)."""
+    for rank, _ in _RANK_ENV:
+        if os.environ.get(rank, "").isdigit():
+            return int(os.environ[rank])
+    return 0
+
+
+class Single:
+    """One process: the identity of every collective."""
+    rank, size, local_rank, local_size = 0, 1, 0, 1
+    reduce_seconds = 0.0
+
+    def sum_buffers(self, arrays, extra):
+        return arrays, extra
+
+    def allgather(self, obj):
+        return [obj]
+
+    def mean_arrays(self, arrays):
+        return arrays
+
+    def bcast(self, obj):
+        return obj
+
+    def barrier(self):
+        pass
+
+    def abort(self, code: int = 1):
+        pass
+
+
+class Mpi:
+    """The MPI world of this process (mpi4py's COMM_WORLD), with deadlines on every wait."""
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT):
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            raise TrainError("data-parallel training needs mpi4py and an MPI library",
+                             hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)") from None
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        node.Free()
+        self.timeout = timeout
+        self.step = 0                       # for messages: the step of the collective waited on
+        self.reduce_seconds = 0.0           # host time in sum_buffers (copies + all-reduce + wait)
+        self._buf = None
+
+    # -------------------------------------------------------------- waiting with a deadline
+    def _wait(self, reqs, what: str):
+        t0 = time.monotonic()
+        pause = 0.0
+        while not self.MPI.Request.Testall(reqs):
+            if time.monotonic() - t0 > self.timeout:
+                msg = (f"rank {self.rank}: the other ranks did not join the {what} of step {self.step} within "
+                       f"{self.timeout:g} s (a rank died or hangs); aborting the job")
+                print(f"error: {msg}", file=sys.stderr, flush=True)
+                self.abort(3)
+            if pause:
+                time.sleep(pause)
+            pause = min(pause * 2 or 1e-5, 1e-3)
+
+    def abort(self, code: int = 1):
+        self.comm.Abort(code)
+
+    # -------------------------------------------------------------- collectives
+    def sum_buffers(self, arrays, extra: np.ndarray):
+        """Σ over ranks of device (or host) arrays and of a small float64 vector `extra`.
+        The arrays are copied into one flat float32 buffer, bucket by bucket; each bucket's
+        Iallreduce starts when it is full.  Returns (host arrays, summed extra) — views into
+        the buffer, valid until the next call."""
+        t0 = time.perf_counter()
+        MPI = self.MPI
+        sizes = [int(np.prod(a.shape)) for a in arrays]
+        total = sum(sizes)
+        if self._buf is None or self._buf.size != total:
+            self._buf = np.empty(total, np.float32)
+        buf = self._buf
+        reqs, start, off = [], 0, 0
+        per = max(1, BUCKET_BYTES // 4)
+        for a, n in zip(arrays, sizes):
+            host = a.to_host() if hasattr(a, "to_host") else a
+            buf[off:off + n] = np.asarray(host, np.float32).reshape(-1)
+            off += n
+            if off - start >= per:
+                reqs.append(self.comm.Iallreduce(MPI.IN_PLACE, [buf[start:off], MPI.FLOAT], op=MPI.SUM))
+                start = off
+        if off > start:
+            reqs.append(self.comm.Iallreduce(MPI.IN_PLACE, [buf[start:off], MPI.FLOAT], op=MPI.SUM))
+        ext = np.ascontiguousarray(extra, np.float64).copy()
+        reqs.append(self.comm.Iallreduce(MPI.IN_PLACE, [ext, MPI.DOUBLE], op=MPI.SUM))
+        self._wait(reqs, "gradient all-reduce")
+        out, off = [], 0
+        for a, n in zip(arrays, sizes):
+            out.append(buf[off:off + n].reshape(a.shape))
+            off += n
+        self.reduce_seconds += time.perf_counter() - t0
+        return out, ext
+
+    def mean_arrays(self, arrays):
+        """The mean over ranks of host/device arrays (BN running statistics), as new host arrays."""
+        if not arrays:
+            return []
+        summed, _ = self.sum_buffers(arrays, np.zeros(1))
+        return [(s / np.float32(self.size)).astype(np.float32) for s in summed]
+
+    def allgather(self, obj):
+        """Every rank's `obj` (pickled), in rank order (Iallgather of the lengths, then
+        Iallgatherv of the bytes, both with the deadline)."""
+        import pickle
+        MPI = self.MPI
+        data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+        n = np.array([data.size], np.int64)
+        lens = np.zeros(self.size, np.int64)
+        self._wait([self.comm.Iallgather([n, MPI.INT64_T], [lens, MPI.INT64_T])], "gather")
+        out = np.empty(int(lens.sum()), np.uint8)
+        offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        self._wait([self.comm.Iallgatherv([data, MPI.BYTE], [out, (lens, offs), MPI.BYTE])], "gather")
+        return [pickle.loads(out[o:o + k].tobytes()) for o, k in zip(offs, lens)]
+
+    def bcast(self, obj):
+        """Rank 0's `obj` on every rank."""
+        return self.allgather(obj if self.rank == 0 else None)[0]
+
+    def barrier(self):
+        self._wait([self.comm.Ibarrier()], "barrier")
+
+
+def current(timeout: float | None = None):
+    """The world of this process: MPI when a launcher started several ranks, else Single
+    (which imports nothing)."""
+    if launched_size() <= 1:
+        return Single()
+    return Mpi(DEFAULT_TIMEOUT if timeout is None else timeout)
+
+
+def checksum(arrays) -> str:
+    """A bit-exact fingerprint of host arrays: the bytes folded into 64-bit sums and xors."""
+    h = []
+    for a in arrays:
+        b = np.ascontiguousarray(a)
+        v = b.reshape(-1).view(np.uint8)
+        pad = (-v.size) % 8
+        if pad:
+            v = np.concatenate([v, np.zeros(pad, np.uint8)])
+        w = v.view(np.uint64)
+        h.append(f"{int(w.sum(dtype=np.uint64)):016x}{int(np.bitwise_xor.reduce(w)) if w.size else 0:016x}")
+    return "".join(h)
+
+
+class Diverged(TrainError):
+    pass
+
+
+def check_same(w, what: str, arrays, step: int) -> None:
+    """Stop with an error when the ranks' `arrays` are not bit-identical."""
+    if w.size == 1:
+        return
+    sums = w.allgather(checksum(arrays))
+    bad = [r for r, s in enumerate(sums) if s != sums[0]]
+    if bad:
+        raise Diverged(f"data-parallel ranks diverged at step {step}: the {what} of rank(s) "
+                       f"{', '.join(map(str, bad))} differ from rank 0's",
+                       hint="a nondeterministic kernel or a rank that read other data; report it")
+
+
+def shard(a: np.ndarray, rank: int, size: int) -> np.ndarray:
+    """Rank `rank`'s contiguous slice of a global batch (axis 0)."""
+    if size == 1:
+        return a
+    n = a.shape[0] // size
+    return np.ascontiguousarray(a[rank * n:(rank + 1) * n])
+
+
+# ------------------------------------------------------------------ the launcher side
+def mpiexec() -> str:
+    """The MPI launcher: the one installed next to this Python (the MPICH wheel), else PATH's."""
+    here = Path(sys.executable).parent
+    for name in ("mpiexec", "mpirun"):
+        if (here / name).exists():
+            return str(here / name)
+    for name in ("mpiexec", "mpirun"):
+        p = shutil.which(name)
+        if p:
+            return p
+    raise TrainError("--nproc needs an MPI launcher (mpiexec), and none is installed",
+                     hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel, which ships mpiexec)")
+
+
+_KILLED = re.compile(r"RANK (\d+) PID (\d+) RUNNING AT (\S+)")
+_SIGNAL = re.compile(r"KILLED BY SIGNAL: (\d+)(?: \(([^)]*)\))?")
+_EXIT = re.compile(r"EXIT CODE: (\d+)")
+
+
+def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err) -> int:
+    """`lmc train … --nproc N`: run N ranks of `lmc train …` (argv without --nproc) under
+    mpiexec, pass its output through, and turn a rank's death into one clear line.  Returns
+    the exit code (the ranks': 0, 2, 130; 1 when a rank was killed)."""
+    import importlib.util
+    if importlib.util.find_spec("mpi4py") is None:
+        raise TrainError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
+    exe = mpiexec()
+    env = dict(os.environ)
+    env["LMC_DIST"] = "1"
+    cores = os.cpu_count() or 1
+    # N ranks share this machine's cores: each IREE CPU device gets its share of workers
+    env.setdefault("LMC_TASK_WORKERS", str(max(1, cores // nproc)))
+    if devices:
+        env["LMC_DEVICES"] = ",".join(devices)
+    cmd = [exe, "-n", str(nproc), sys.executable, "-m", "lmc", *argv]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            start_new_session=False)
+    seen: list[str] = []
+
+    def pump():
+        for line in proc.stderr:
+            seen.append(line)
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # mpiexec forwards Ctrl-C to the ranks
+    try:
+        rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    t.join(timeout=5)
+    text = "".join(seen)
+    m, s, e = _KILLED.search(text), _SIGNAL.search(text), _EXIT.search(text)
+    if rc != 0 and m and s:
+        name = f" ({s.group(2)})" if s.group(2) else ""
+        console_err(f"error: rank {m.group(1)} (pid {m.group(2)} on {m.group(3)}) was killed by signal "
+                    f"{s.group(1)}{name}; the launcher stopped the other ranks")
+        return 1
+    if rc != 0 and m and e and int(e.group(1)) not in (2, 130):
+        console_err(f"error: rank {m.group(1)} (pid {m.group(2)} on {m.group(3)}) exited with code "
+                    f"{e.group(1)}; the launcher stopped the other ranks")
+        return 1
+    return rc
