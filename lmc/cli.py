@@ -276,7 +276,7 @@ def train(spec: SpecArg,
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
     Ctrl-C saves a checkpoint at the current step and exits with code 130."""
-    from .dist import launched_size
+    from .dist import launched_rank, launched_size
     from .train import Interrupted, TrainOptions, train as run_training
     sets = list(set or []) + ([(f"train.epochs={epochs}", "--epochs")] if epochs is not None else [])
     world = launched_size()
@@ -298,14 +298,15 @@ def train(spec: SpecArg,
                 # this process launches the ranks: refuse what they would refuse, once, here
                 from .dist import launch
                 from .train import Trainer
-                Trainer(net, opts, err)
-                raise typer.Exit(launch(_rank_argv(sys.argv[1:]), nproc,
-                                        devices.split(",") if devices else None, err.print))
+                t = Trainer(net, opts, err)
+                raise typer.Exit(launch(_rank_argv(sys.argv[1:]), nproc, devices.split(",") if devices else None,
+                                        lambda m: err.print(m, markup=False, highlight=False), t.out / "metrics.jsonl"))
             if devices:
                 os.environ["LMC_DEVICES"] = devices
             s = run_training(net, opts, err)
     except Interrupted as e:
-        err.print(str(e), markup=False, highlight=False)
+        if not launched_rank():           # one line for a data-parallel run: rank 0's
+            err.print(str(e), markup=False, highlight=False)
         raise typer.Exit(130)
     except KeyboardInterrupt:
         err.print("aborted by Ctrl-C (before training started, or a second Ctrl-C): no checkpoint was written "

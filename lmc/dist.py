@@ -242,54 +242,75 @@ def mpiexec() -> str:
                      hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel, which ships mpiexec)")
 
 
-_KILLED = re.compile(r"RANK (\d+) PID (\d+) RUNNING AT (\S+)")
-_SIGNAL = re.compile(r"KILLED BY SIGNAL: (\d+)(?: \(([^)]*)\))?")
-_EXIT = re.compile(r"EXIT CODE: (\d+)")
+_PID = re.compile(r"PID (\d+) RUNNING AT (\S+)\s*=?\s*EXIT CODE: (\d+)")
+_SIGNAL = re.compile(r"EXIT STRING: ([^\n(]*)\(signal (\d+)\)")
 
 
-def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err) -> int:
+def rank_pids(metrics: Path) -> list[int]:
+    """The ranks' process ids as the run's last header/resume record lists them."""
+    import json
+    pids: list[int] = []
+    try:
+        for line in metrics.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("kind") in ("header", "resume") and "pids" in rec:
+                pids = rec["pids"]
+    except OSError:
+        pass
+    return pids
+
+
+def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, metrics: Path) -> int:
     """`lmc train … --nproc N`: run N ranks of `lmc train …` (argv without --nproc) under
-    mpiexec, pass its output through, and turn a rank's death into one clear line.  Returns
-    the exit code (the ranks': 0, 2, 130; 1 when a rank was killed)."""
+    mpiexec, pass their output through, and turn a rank's death (which makes the launcher stop
+    the others) into one line naming the rank.  Returns the exit code: the ranks' (0, 2, 130),
+    or 1 when a rank died."""
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
         raise TrainError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
     exe = mpiexec()
     env = dict(os.environ)
-    env["LMC_DIST"] = "1"
     cores = os.cpu_count() or 1
     # N ranks share this machine's cores: each IREE CPU device gets its share of workers
     env.setdefault("LMC_TASK_WORKERS", str(max(1, cores // nproc)))
     if devices:
         env["LMC_DEVICES"] = ",".join(devices)
     cmd = [exe, "-n", str(nproc), sys.executable, "-m", "lmc", *argv]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            start_new_session=False)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     seen: list[str] = []
 
-    def pump():
-        for line in proc.stderr:
+    def pump(src, dst):
+        for line in src:
             seen.append(line)
-            sys.stderr.write(line)
-            sys.stderr.flush()
+            dst.write(line)
+            dst.flush()
 
-    t = threading.Thread(target=pump, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
+    for t in threads:
+        t.start()
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # mpiexec forwards Ctrl-C to the ranks
     try:
         rc = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old)
-    t.join(timeout=5)
+    for t in threads:
+        t.join(timeout=5)
     text = "".join(seen)
-    m, s, e = _KILLED.search(text), _SIGNAL.search(text), _EXIT.search(text)
-    if rc != 0 and m and s:
-        name = f" ({s.group(2)})" if s.group(2) else ""
-        console_err(f"error: rank {m.group(1)} (pid {m.group(2)} on {m.group(3)}) was killed by signal "
-                    f"{s.group(1)}{name}; the launcher stopped the other ranks")
-        return 1
-    if rc != 0 and m and e and int(e.group(1)) not in (2, 130):
-        console_err(f"error: rank {m.group(1)} (pid {m.group(2)} on {m.group(3)}) exited with code "
-                    f"{e.group(1)}; the launcher stopped the other ranks")
+    died = [(int(m.group(1)), m.group(2), int(m.group(3))) for m in _PID.finditer(text)]
+    if rc != 0 and died:
+        pids = rank_pids(metrics)
+        pid, host, code = died[0]
+        who = f"rank {pids.index(pid)} (pid {pid} on {host})" if pid in pids else f"a rank (pid {pid} on {host})"
+        sig = _SIGNAL.search(text)
+        how = (f"was killed by signal {sig.group(2)} ({sig.group(1).strip()})" if sig
+               else f"exited with code {code}")
+        if code in (2, 130) and not sig:
+            return code                          # an lmc error or Ctrl-C: the rank said why
+        console_err(f"error: {who} {how}; the launcher stopped the other ranks.  The last checkpoint is "
+                    f"in {metrics.parent} (continue with --resume)")
         return 1
     return rc

@@ -373,8 +373,11 @@ class Trainer:
         self._setup_regions(params)
         self.metrics = (_Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
                                  self.opts.tensorboard) if self.world.rank == 0 else _NoMetrics())
+        # data-parallel: which process is which rank (`lmc train --nproc` names a dead one by it)
+        import os
+        dp = {"pids": self.world.allgather(os.getpid())} if self.world.size > 1 else {}
         if self.resumed is None:
-            self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name,
+            self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name, **dp,
                                net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
                                global_batch=self.gbatch,
                                steps_per_epoch=self.bpe, epochs=cfg.epochs, optimizer=opt, ranks=W,
@@ -382,7 +385,8 @@ class Trainer:
                                shuffle=opts.shuffle, dataset=self.ds.name, n_train=len(self.ds.x_train),
                                n_val=len(self.ds.x_val), backend=self.backend)
         else:
-            self.metrics.write(kind="resume", time=_now(), step=self.step, epoch=self.epoch + 1, batch=self.batch)
+            self.metrics.write(kind="resume", time=_now(), step=self.step, epoch=self.epoch + 1, batch=self.batch,
+                               **dp)
 
     # ------------------------------------------------------------------ averaged / accumulated weights
     def _device(self) -> str | None:
@@ -597,6 +601,7 @@ class Trainer:
         self.setup()
         self.last_eval, self.last_eval_step = None, None
         self.train_seconds, self.steps_run, self.train_cpu = 0.0, 0, 0.0
+        self.reduce_epoch = 0.0
         if self.step >= self.stop_at:
             self.log(f"nothing to train: the run is at step {self.step} of {self.stop_at}")
         old = None
@@ -737,7 +742,7 @@ class Trainer:
         self.metrics.write(kind="interrupted", time=_now(), step=self.step)
         raise Interrupted(f"interrupted at step {self.step} (epoch {self.epoch + 1}, batch {self.batch}); "
                           f"checkpoint saved to {path}.  Continue with: lmc train {self.net.spec.file} "
-                          f"--resume --out {self.out}")
+                          f"--resume --out {self.out}" + (f" --nproc {self.world.size}" if self.world.size > 1 else ""))
 
     def _epochs(self):
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -809,11 +814,17 @@ class Trainer:
             # a regression loss counts nothing (Loss.counts_correct): no accuracy to report
             counts = self.abi.loss.counts_correct
             ips = self.gbatch * steps_epoch / dt if dt > 0 else 0.0
+            dp = {}
+            if self.world.size > 1:     # host time in the gradient all-reduce (copies, reduction, waits)
+                dp = {"allreduce_seconds": round(self.world.reduce_seconds - self.reduce_epoch, 3)}
+                self.reduce_epoch = self.world.reduce_seconds
             self.metrics.write(kind="epoch", step=self.step, epoch=e + 1, loss=mean, acc=acc if counts else None,
                                lr=self.lr_at(self.step), images_per_s=round(ips, 1),
-                               seconds=round(dt, 3))
+                               seconds=round(dt, 3), **dp)
             line = (f"epoch {e + 1}/{cfg.epochs}: loss {mean + 0.0:.4f}, " + (f"train acc {100 * acc:.2f}%, " if counts else "") +
                     f"lr {self.lr_at(self.step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
+            if dp:
+                line += f" ({dp['allreduce_seconds']:.2f}s all-reduce)"
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
                 self.swa_update()

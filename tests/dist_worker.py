@@ -1,0 +1,22 @@
+"""One data-parallel rank for tests/test_dist.py, started by mpiexec: trains SPEC like
+`lmc train` does, then saves this rank's live parameters, optimizer state and BN statistics
+to OUT/rank<r>.npz so the test can compare ranks bit for bit.
+
+usage: mpiexec -n N python tests/dist_worker.py SPEC OUT STEPS [train.field=value ...]"""
+import sys
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from lmc.infer import infer
+from lmc.spec import load_spec
+from lmc.train import Trainer, TrainOptions, _to_host
+
+spec, out, steps, *sets = sys.argv[1:]
+net = infer(load_spec(Path(spec), [(s, "--set") for s in sets]))
+t = Trainer(net, TrainOptions(out=Path(out), steps=int(steps), overwrite=True, dist_timeout=60.0),
+            Console(stderr=True))
+t.run()
+arrays = _to_host(t.P) + _to_host(t.O) + _to_host(t.S)
+np.savez(Path(out) / f"rank{t.world.rank}.npz", *arrays)

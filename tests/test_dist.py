@@ -1,0 +1,290 @@
+"""Data-parallel training (lmc/dist.py) with 2 CPU ranks under MPICH's mpiexec:
+
+- no BN: after k steps the parameters and optimizer state of 2 ranks × batch 32 equal one
+  process training at batch 64 (f32 tolerance), and the two ranks are bit-identical;
+- BN + dropout: equal to the ghost-BN reference computed here in one process (each half of
+  the global batch through @grad_step with its own batch statistics, the gradients summed,
+  @apply_step; the running statistics the ranks' mean), masks drawn for the global batch;
+- a rank killed mid-run stops the job with an error naming it, and --resume continues to the
+  same final parameters as an uninterrupted run;
+- a rank that hangs makes the others stop at the --dist-timeout deadline;
+- the refusals (a loss that is not a per-example mean, fp8, sync_bn)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("iree.runtime")
+pytest.importorskip("mpi4py")
+
+from lmc.dist import checksum, mpiexec, shard  # noqa: E402
+
+pytestmark = pytest.mark.iree
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "specs" / "digits_mlp.yaml"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "LMC_TASK_WORKERS": "1"}
+
+BN_SPEC = """
+name: dist_bn
+input: {channels: 1, height: 8, width: 8}
+dataset: digits
+layers:
+  - conv_bn: {ic: 1, oc: 8, k_size: 3}
+  - max_pool: {size: 2, stride: 2}
+  - conv_bn: {ic: 8, oc: 16, k_size: 3}
+  - global_avg_pool
+  - dense: {fan_in: 16, fan_out: 10}
+train:
+  learning_rate: 0.01
+  batch_size: 16
+  epochs: 1
+  momentum: 0.9
+  bn_momentum: 0.9
+  dropout: 0.25
+  seed: 3
+"""
+
+
+def tensors(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files if k != "__lmc__"}
+
+
+def ranks(out: Path, spec: Path, steps: int, *sets: str, n: int = 2):
+    """Run tests/dist_worker.py on n ranks; returns each rank's arrays."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable, str(ROOT / "tests" / "dist_worker.py"), str(spec), str(out),
+           str(steps), *sets]
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [list(np.load(out / f"rank{i}.npz").values()) for i in range(n)]
+
+
+def lmc_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "lmc", *map(str, args)], env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path):
+    got = ranks(tmp_path / "dp", MLP, 6, "train.batch_size=32")
+    assert checksum(got[0]) == checksum(got[1])                   # ranks bit-identical
+    r = lmc_cli("train", MLP, "--steps", 6, "--set", "train.batch_size=64", "--out", tmp_path / "one")
+    assert r.returncode == 0, r.stderr
+    one = tensors(tmp_path / "one" / "last.npz")
+    dp = tensors(tmp_path / "dp" / "last.npz")                    # rank 0's checkpoint
+    assert set(one) == set(dp)
+    for k in one:
+        np.testing.assert_allclose(dp[k], one[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    # the run's own records: 6 steps, the global batch, the eval equal to one process's
+    rec = [json.loads(line) for line in (tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()]
+    head = rec[0]
+    assert head["ranks"] == 2 and head["global_batch"] == 64 and head["batch_size"] == 32
+    ev = [x for x in rec if x["kind"] == "eval"][-1]
+    ev1 = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()
+           if '"eval"' in line][-1]
+    assert ev["n"] == ev1["n"] == 360 and ev["top1"] == ev1["top1"]
+
+
+def ghost_reference(spec: Path, steps: int, W: int):
+    """One process: each rank's slice of the global batch through @grad_step with its own BN
+    statistics, the gradients summed, @apply_step; the running statistics averaged at the end."""
+    from lmc.compile import compile_module
+    from lmc.data import Batcher
+    from lmc.init import init_tensors
+    from lmc.infer import infer
+    from lmc.lower import abi, lower
+    from lmc.masks import draw
+    from lmc.runtime import Module
+    from lmc.schedule import learning_rate
+    from lmc.spec import load_spec
+    from lmc.train import load_data
+    net = infer(load_spec(spec))
+    glob = infer(load_spec(spec, [(f"train.batch_size={net.batch * W}", "--set")]))
+    cfg, a, ag = net.spec.train, abi(net, W), abi(glob)
+    mod = Module(compile_module(lower(net, world=W)).path)
+    ds = load_data(glob, None, cfg.seed)
+    nc = net.num_classes
+    bt = Batcher(ds, glob.batch, seed=cfg.seed, labels=lambda y: ag.loss.fit_labels(y, nc, cfg))
+    P, S0 = init_tensors(net, cfg.seed)
+    O = a.initial_opt()
+    S = [list(S0) for _ in range(W)]
+    b, nP, nS = net.batch, len(P), len(S0)
+    for step in range(1, steps + 1):
+        e, i = divmod(step - 1, bt.steps_per_epoch)
+        x, y = bt.batch(e, i)
+        masks = draw(ag.masks, cfg, cfg.seed, e, i)              # the global batch's masks
+        hp = a.hp_vector(cfg, learning_rate(cfg, step, bt.steps_per_epoch), step)
+        G = None
+        for r in range(W):
+            sl = slice(r * b, (r + 1) * b)
+            out = mod.grad_step(*P, *S[r], *[np.zeros_like(p) for p in P], x[sl], y[sl], hp,
+                                *[np.ascontiguousarray(m[sl]) for m in masks])
+            g = [np.array(t.to_host()) for t in out[:nP]]
+            S[r] = [np.array(t.to_host()) for t in out[nP:nP + nS]]
+            G = g if G is None else [u + v for u, v in zip(G, g)]
+        res = mod.apply_step(*P, *O, *G, hp)
+        P = [np.array(t.to_host()) for t in res[:nP]]
+        O = [np.array(t.to_host()) for t in res[nP:nP + len(O)]]
+    return P + O + [(sum(s[k] for s in S) / np.float32(W)).astype(np.float32) for k in range(nS)]
+
+
+def test_two_ranks_bn_dropout_equal_the_ghost_bn_reference(tmp_path):
+    spec = tmp_path / "dist_bn.yaml"
+    spec.write_text(BN_SPEC)
+    got = ranks(tmp_path / "dp", spec, 5)
+    assert checksum(got[0]) == checksum(got[1])
+    ref = ghost_reference(spec, 5, 2)
+    assert len(ref) == len(got[0])
+    for k, (u, v) in enumerate(zip(got[0], ref)):
+        np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6, err_msg=f"array {k}")
+
+
+def test_shard_and_checksum_units():
+    a = np.arange(12, dtype=np.float32).reshape(6, 2)
+    assert np.array_equal(np.concatenate([shard(a, r, 3) for r in range(3)]), a)
+    b = a.copy()
+    b[5, 1] = np.nextafter(b[5, 1], np.float32(100))          # one ulp
+    assert checksum([a]) != checksum([b]) and checksum([a]) == checksum([a.copy()])
+    from lmc.masks import draw
+
+    class M:                                                    # a mask site of batch 4
+        kind = "dropout"
+
+        class value:
+            class type:
+                dims = (4, 3)
+
+    class Cfg:
+        dropout, drop_path = 0.5, 0.0
+    full = draw([M], Cfg, 1, 0, 2, 0, 1)[0]
+    M.value.type.dims = (2, 3)
+    halves = [draw([M], Cfg, 1, 0, 2, r, 2)[0] for r in range(2)]
+    assert np.array_equal(np.concatenate(halves), full)
+
+
+def _rank_pid(run: Path, rank: int) -> int | None:
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(run).encode() in cmd and f"PMI_RANK={rank}".encode() in env:
+            return int(d.name)
+    return None
+
+
+def _wait_for_checkpoint(run: Path, proc, limit=120) -> int:
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        m = run / "metrics.jsonl"
+        if m.exists():
+            ck = [json.loads(x) for x in m.read_text().splitlines() if '"checkpoint"' in x]
+            if ck:
+                return ck[-1]["step"]
+        time.sleep(0.1)
+    raise AssertionError("no checkpoint appeared")
+
+
+ARGS = ["--nproc", 2, "--epochs", 24, "--set", "train.batch_size=32", "--set", "train.checkpoint_every_n_epochs=2",
+        "--set", "train.eval_every_n_epochs=0"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "run"
+    r = lmc_cli("train", MLP, *ARGS, "--out", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tensors(out / "last.npz")
+
+
+def _resumed_equals(run: Path, full: dict):
+    r = lmc_cli("train", MLP, *ARGS, "--out", run, "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resuming" in r.stderr
+    got = tensors(run / "last.npz")
+    for k in full:
+        assert np.array_equal(got[k], full[k]), k                # bit-exact resume
+
+
+def test_killed_rank_stops_the_job_and_resume_continues_exactly(tmp_path, uninterrupted):
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "lmc", "train", str(MLP), *map(str, ARGS), "--out", str(run)],
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_checkpoint(run, p)
+    pid = _rank_pid(run, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.time()
+    _, err = p.communicate(timeout=60)
+    assert time.time() - t0 < 60
+    assert p.returncode == 1, err[-2000:]
+    assert f"rank 1 (pid {pid} on" in err and "killed by signal 9" in err
+    _resumed_equals(run, uninterrupted)
+
+
+def test_ctrl_c_saves_one_checkpoint_and_resume_continues_exactly(tmp_path, uninterrupted):
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "lmc", "train", str(MLP), *map(str, ARGS), "--out", str(run)],
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for_checkpoint(run, p)
+    os.killpg(p.pid, signal.SIGINT)                 # a terminal's Ctrl-C: the whole process group
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err[-2000:]
+    assert err.count("interrupted at step") == 1 and "--nproc 2" in err
+    _resumed_equals(run, uninterrupted)
+
+
+def test_a_hanging_rank_stops_the_others_at_the_deadline(tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "lmc", "train", str(MLP), *map(str, ARGS), "--dist-timeout", "3",
+                          "--out", str(run)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_checkpoint(run, p)
+    pid = _rank_pid(run, 1)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode != 0
+    assert "rank 0: the other ranks did not join the gradient all-reduce of step" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("sets,msg", [
+    (["train.loss_kind=per_pixel_dice"], None),
+    (["train.fp8=e4m3"], "train.fp8"),
+    (["train.sync_bn=true"], "train.sync_bn"),
+])
+def test_refusals(tmp_path, sets, msg):
+    spec = MLP
+    if "per_pixel_dice" in sets[0]:
+        spec = ROOT / "specs" / "unet_digits.yaml"
+        msg = "its batch value is not a mean of per-example terms"
+    args = ["train", spec, "--nproc", 2, "--steps", 1, "--out", tmp_path / "r"]
+    for s in sets:
+        args += ["--set", s]
+    r = lmc_cli(*args, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert msg in r.stderr
+    assert not (tmp_path / "r" / "last.npz").exists()
+
+
+def test_nproc_under_a_launcher_must_match(tmp_path):
+    r = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "lmc", "train", str(MLP), "--nproc", "3",
+                        "--steps", "1", "--out", str(tmp_path / "r")], env=ENV, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0
+    assert "--nproc 3, but the launcher started 2 ranks" in r.stderr
