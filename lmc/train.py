@@ -456,7 +456,8 @@ class Trainer:
             if r in self.regions():
                 # a mid-cycle accumulator differs per rank: its rank mean, which every rank of
                 # a resumed run starts from, sums to the same total (exact up to rounding)
-                host = self.world.mean_arrays(arrays) if r == "grad_acc" else _to_host(arrays)
+                host = (self.world.mean_arrays(arrays) if r == "grad_acc" and self.world.size > 1
+                        else _to_host(arrays))
                 out[r] = dict(zip(names, host))
         if self.caps:
             out["spectral_u"] = {c.param.name: u for c, u in zip(self.caps, _to_host(self.U))}

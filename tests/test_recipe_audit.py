@@ -64,6 +64,7 @@ PROBES = {
     "spectral_cap": (0.5, {}, MLP, False),
     "spectral_every": (2, {"spectral_cap": 0.5}, MLP, False),
     "fp8": ("e4m3", {}, MLP, False),
+    "sync_bn": (True, {}, CNN, False),
     "label_smoothing": (0.2, {}, MLP, False),
     "loss_kind": ("bce", {}, MLP, False),
     "use_focal": (True, {}, MLP, False),
