@@ -55,7 +55,7 @@ WHERE: dict[str, str] = {
     "anchors": "YOLO loss: anchor path; refused without the YOLO loss",
     "fpn_scales": "YOLO loss: multi-scale path; refused without fpn_detect",
     "yolo_cls_weights": "YOLO loss, anchor path: class weights; refused elsewhere",
-    "yolo_cls_focal_gamma": "refused: YOLO loss class focal γ, not implemented yet",
+    "yolo_cls_focal_gamma": "YOLO loss, anchor/FPN paths: class focal (1 − p_t)^γ; refused elsewhere",
     # the data (data/batcher.py, mix.py, policy.py)
     "augment": "batcher: pad-crop (or random crop) + horizontal flip",
     "random_erasing": "batcher: random erasing",

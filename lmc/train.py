@@ -628,8 +628,9 @@ class Trainer:
         if self.world.rank == 0 and save_predictions(self.last_eval, self.out / "predictions.png"):
             self.log(f"wrote {self.out / 'predictions.png'}")
         self.save(complete=self.step >= self.total)
+        dp = {"allreduce_seconds": round(self.world.reduce_seconds, 3)} if self.world.size > 1 else {}
         self.metrics.write(kind="end", time=_now(), step=self.step, loss=self.last_loss,
-                           train_seconds=round(self.train_seconds, 3))
+                           train_seconds=round(self.train_seconds, 3), **dp)
         ips = self.gbatch * self.steps_run / self.train_seconds if self.train_seconds else 0.0
         return Summary(self.out, self.step, self.epoch, self.last_loss, self.last_eval,
                        time.perf_counter() - t_start, self.train_seconds, self.steps_run, ips, self.ckpt_path,

@@ -18,12 +18,13 @@ derived backward; decoding then uses the same parameterization.
 anchors [[a_w, a_h], …] (§7): the A-anchor path, head and labels [B, A·(5 + NC), gH, gW] per
 anchor [tx, ty, tw, th, obj, classes] (the mask is the target's obj channel): per slot the DIoU
 box term with its prior, detached focal objectness (α = 1 / λn, γ = focal_gamma) and the masked
-class CE, × yolo_cls_weights[c_true] when given.
+class CE, × yolo_cls_weights[c_true] when given, × (1 − p_t)^γc under yolo_cls_focal_gamma γc > 0
+(the seed's class focal: FL = −ω·(1 − p_t)^γc·log p_t on assigned cells, its exact gradient).
 fpn_scales [[g, [[a_w, a_h], …]], …] (§7, after fpn_detect): the flat head [B, Σ A·S·g²] and the
 flat target of its shape are cut into per-scale blocks [B, A·S, g, g] (P3, P4, P5 order), each
 scored by the anchor path with its anchors, the gradients concatenated back.
-Not lowered yet (refused, never ignored): yolo_cls_focal_gamma, yolo_cls_weights without
-anchors or fpn_scales."""
+Refused (never ignored): yolo_cls_weights and yolo_cls_focal_gamma without anchors or
+fpn_scales (the seed weighs and focuses the anchor paths' class term only)."""
 from __future__ import annotations
 
 import numpy as np
@@ -91,6 +92,10 @@ class YoloV1Masked(Loss):
                  [("", {}), ("g0", {"focal_gamma": 0.0})]),
                 ({"loss_kind": "yolov1_masked", "anchors": "[[0.7, 0.7]]", "yolo_cls_weights": "[1, 3, 0.5]"},
                  [("", {})]),
+                ({"loss_kind": "yolov1_masked", "anchors": "[[0.6, 0.9], [1.1, 0.5]]", "yolo_cls_weights": "[2, 1, 0.5]",
+                  "yolo_cls_focal_gamma": 2.0}, [("", {})]),
+                ({"loss_kind": "yolov1_masked", "fpn_scales": "[[2, [[0.5, 0.5]]]]", "yolo_cls_focal_gamma": 0.5},
+                 [("", {})]),
                 ({"loss_kind": "yolov1_masked", "fpn_scales": "[[2, [[0.5, 0.5]]], [1, [[1.0, 1.0], [2.0, 1.5]]]]"},
                  [("", {})])]
 
@@ -101,6 +106,7 @@ class YoloV1Masked(Loss):
         # the A-anchor path (losses.md §7): anchors [[a_w, a_h], …]; its objectness is focal
         self.anchors = tuple(tuple(a) for a in cfg.anchors) if cfg is not None else ()
         self.cls_weights = tuple(cfg.yolo_cls_weights) if cfg is not None else ()
+        self.cls_gamma = float(cfg.yolo_cls_focal_gamma) if cfg is not None else 0.0
         # the multi-scale path (losses.md §7): [(grid, anchors), …] in P3, P4, P5 order
         self.fpn = tuple((int(g), tuple(tuple(a) for a in an)) for g, an in cfg.fpn_scales) if cfg is not None else ()
         self.hp = ("focal_gamma",) if self.focal or self.anchors or self.fpn else ()
@@ -119,10 +125,9 @@ class YoloV1Masked(Loss):
         return out
 
     def refused(self, cfg):
-        out = [f for f in ("yolo_cls_focal_gamma",) if getattr(cfg, f)]
-        if cfg.yolo_cls_weights and not (cfg.anchors or cfg.fpn_scales):
-            out.append("yolo_cls_weights")      # the seed weighs the anchor path's class term only
-        return out
+        # the seed weighs and focuses the anchor paths' class term only
+        return [f for f in ("yolo_cls_weights", "yolo_cls_focal_gamma")
+                if getattr(cfg, f) and not (cfg.anchors or cfg.fpn_scales)]
 
     def fpn_slots(self, n_total: int):
         """The multi-scale head's layout: per scale (offset, size, grid, anchors, slot) in the
@@ -199,7 +204,9 @@ class YoloV1Masked(Loss):
                                        for k, (aw, ah) in enumerate(self.anchors)],
                       "slab": f32(b, slot, gh, gw).mlir,
                       "cls_weights": "[" + ", ".join(flt(w) for w in self.cls_weights) + "]" if self.cls_weights else "",
-                      "cwt": f32(max(slot - 5, 1)).mlir}
+                      "cwt": f32(max(slot - 5, 1)).mlir,
+                      "cls_gamma": flt(self.cls_gamma) if self.cls_gamma else "",
+                      "cls_gamma_m1": flt(self.cls_gamma - 1.0)}
         return {**anchor_ctx, "fpn": False, "b": b, "p": p, "nc": p - BOX_CH, "focal": self.focal, "diou": self.diou, "gh": gh, "gw": gw,
                 "inv_gh": flt(1.0 / gh), "inv_gw": flt(1.0 / gw), "cmask": TensorType((b, gh, gw), "i1").mlir,
                 "s1": t(1), "s2": t(2), "s4": t(4), "sc": t(slot - 5 if self.anchors else p - BOX_CH),
@@ -326,7 +333,10 @@ class YoloV1Masked(Loss):
             logp = cz - xp.log(xp.exp(cz).sum(axis=1, keepdims=True))
             om = (ts[:, 5:] * xp.asarray(self.cls_weights, z.dtype).reshape(1, -1, 1, 1)).sum(axis=1) \
                 if self.cls_weights else 1.0
-            total = total - (m * om * (ts[:, 5:] * logp).sum(axis=1)).sum()
+            lpt = (ts[:, 5:] * logp).sum(axis=1)
+            if self.cls_gamma:                    # class focal: × max(1 − p_t, 1e-12)^γc, not detached
+                om = om * xp.maximum(-xp.expm1(lpt), W_FLOOR) ** self.cls_gamma
+            total = total - (m * om * lpt).sum()
         return total / b
 
     @staticmethod
