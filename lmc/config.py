@@ -211,12 +211,14 @@ DEPENDS = {
     "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
     "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
     "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
-    "fpn_affine_area_thr": "fpn_affine_prob",
+    "fpn_affine_area_thr": "fpn_affine_prob", "fpn_affine_scale": "fpn_affine_prob",
+    "fpn_affine_translate": "fpn_affine_prob",
 }
 
 
 # Options of the YOLOv1 loss (the box-target loss in lmc/losses): refused under any other loss.
-YOLO_FIELDS = ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma")
+YOLO_FIELDS = ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma",
+               "fpn_affine_prob", "fpn_affine_scale", "fpn_affine_translate")
 
 
 def _make_config_class():
@@ -346,6 +348,13 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
         if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
             err(f"{name} has no effect without {switch}: true", name, also=(switch,),
                 hint=f"set {switch}: true, or drop {name}")
+    if cfg.fpn_affine_prob and not cfg.fpn_scales:
+        err("fpn_affine_prob moves the boxes of the FPN detector path (fpn_scales), which encodes its targets "
+            "after augmentation; the single-box and anchor paths' grid targets hold one box per cell",
+            "fpn_affine_prob", also=("fpn_scales",), hint="set fpn_scales (with an fpn_detect head), or drop fpn_affine_*")
+    if cfg.fpn_affine_prob and not (cfg.fpn_affine_scale or cfg.fpn_affine_translate):
+        err("fpn_affine_prob with fpn_affine_scale and fpn_affine_translate both 0 would change nothing",
+            "fpn_affine_prob", hint="set fpn_affine_scale and/or fpn_affine_translate")
     if loss.label_format != BOXES:            # the YOLO loss is the one of box targets
         for name in YOLO_FIELDS:
             if getattr(cfg, name) != TRAIN_FIELDS[name][1]:

@@ -115,7 +115,7 @@ def _logits(module, params, state, x, y, batch: int, tta=None, world=None):
     scores all of them, identically."""
     def one(i, xb, n):
         if tta is None:
-            return np.array(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
+            return np.asarray(module.forward(*params, *state, np.ascontiguousarray(xb, np.float32)))[:n]
         # float64 sums copy each result before the next call reuses its buffer
         return sum(np.asarray(module.forward(*params, *state, tta.view(xb, i, k)))[:n].astype(np.float64)
                    for k in range(tta.samples)) / tta.samples
@@ -124,7 +124,9 @@ def _logits(module, params, state, x, y, batch: int, tta=None, world=None):
         for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
             yield xb, yb, n, one(i, xb, n)
         return
-    mine = {i: one(i, xb, n) for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)) if i % world.size == world.rank}
+    # copies: a result may alias a device buffer the next call reuses
+    mine = {i: one(i, xb, n).copy() for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch))
+            if i % world.size == world.rank}
     got = {}
     for part in world.allgather(mine):
         got.update(part)

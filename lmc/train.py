@@ -43,8 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv",
-                "fpn_affine_scale", "fpn_affine_translate", "fpn_affine_prob", "val_every_epochs", "sync_bn")
+_UNSUPPORTED = ("det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv", "val_every_epochs", "sync_bn")
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100
@@ -276,6 +275,7 @@ class Trainer:
     def setup(self):
         from .compile import compile_module, resolve_backend
         from .data import Batcher
+        from .data.boxes import BoxAffine
         from .data.mix import Mixer
         from .data.policy import Policy
         from .lower import lower
@@ -299,7 +299,7 @@ class Trainer:
         self.batcher = Batcher(self.ds, self.gbatch, seed=cfg.seed, shuffle=opts.shuffle,
                                augment=cfg.augment, random_erasing=erasing, labels=self.fit,
                                mix=Mixer.from_config(cfg), policy=Policy.from_config(cfg, self.ds),
-                               repeated=cfg.repeated_aug)
+                               repeated=cfg.repeated_aug, boxes=BoxAffine.from_config(cfg))
         k = self.abi.accum
         # with k-step accumulation an epoch is whole cycles of k micro-batches (the remainder
         # is dropped like the batch remainder: one optimizer batch is k·batch_size examples)

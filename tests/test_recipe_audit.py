@@ -28,6 +28,8 @@ pytestmark = pytest.mark.iree
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 MLP, CNN, MOBILE = SPECS / "digits_mlp.yaml", SPECS / "digits_cnn.yaml", SPECS / "digits_mobile.yaml"
 YOLO = SPECS / "yolo_digits.yaml"
+FPN = SPECS / "digits_fpn_det.yaml"
+AFFINE = {"fpn_affine_prob": 1.0, "fpn_affine_scale": 0.5, "fpn_affine_translate": 0.3}
 SWA = {"use_swa": True, "use_swag": True}
 PRIOR = [0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.15]
 
@@ -93,11 +95,11 @@ PROBES = {
     "use_auto_augment": (True, {}, CNN, False),
     "repeated_aug": (3, {}, MLP, False),
     "gaussian_noise_sigma": (0.3, {}, MLP, False),
-    "fpn_affine_scale": (0.5, {}, MLP, False),
-    "fpn_affine_translate": (0.1, {}, MLP, False),
-    "fpn_affine_prob": (0.5, {}, MLP, False),
-    "fpn_affine_wh_thr_px": (3.0, {}, MLP, False),
-    "fpn_affine_area_thr": (0.3, {}, MLP, False),
+    "fpn_affine_scale": (0.3, {"fpn_affine_prob": 1.0, "fpn_affine_translate": 0.1}, FPN, False),
+    "fpn_affine_translate": (0.1, {"fpn_affine_prob": 1.0, "fpn_affine_scale": 0.3}, FPN, False),
+    "fpn_affine_prob": (0.5, AFFINE, FPN, False),                     # against prob 1
+    "fpn_affine_wh_thr_px": (12.0, AFFINE, FPN, False),
+    "fpn_affine_area_thr": (0.9, AFFINE, FPN, False),
     "train_res": (6, {}, CNN, False),
     "test_crop_ratio": (0.9, {}, CNN, False),
     "dropout": (0.2, {}, MLP, False),

@@ -21,7 +21,7 @@ from lmc.data.dataset import Dataset
 from lmc.errors import DataError
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
-_SHUFFLE, _AUGMENT, _MIX, _TTA = 0, 1, 2, 4
+_SHUFFLE, _AUGMENT, _MIX, _TTA, _BOXES = 0, 1, 2, 4, 5      # (3: lmc/masks.py)
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -43,6 +43,8 @@ class Batcher:
     mix: a `mix.Mixer` (mixup / cutmix / KNN-mixup of the fitted targets), after the image ops.
     policy: a `policy.Policy` (RandAugment / AutoAugment per image), after crop/flip and before
     random erasing.
+    boxes: a `boxes.BoxAffine` (fpn_affine_*: scale/translate of image and boxes together, the
+    labels handed on as box lists for the loss's label fitting to encode).
     repeated: repeated augmentation (timm's RASampler, one process): epoch e's order is its
     permutation with each index repeated `repeated` times in a row, cut to N, so a batch holds
     that many independently augmented copies of an image and steps_per_epoch is unchanged.
@@ -50,7 +52,7 @@ class Batcher:
 
     def __init__(self, ds: Dataset, batch_size: int, *, seed: int, shuffle: bool = True,
                  augment: bool = False, random_erasing: float = 0.0, pad_crop: int = 4,
-                 prefetch: int = 2, labels=None, mix=None, policy=None, repeated: int = 1):
+                 prefetch: int = 2, labels=None, mix=None, policy=None, repeated: int = 1, boxes=None):
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if not 0.0 <= random_erasing <= 1.0:
@@ -80,6 +82,7 @@ class Batcher:
         self.labels = labels
         self.mix = mix
         self.policy = policy
+        self.boxes = boxes
         if repeated < 1:
             raise ValueError(f"repeated must be >= 1, got {repeated}")
         self.repeated = repeated
@@ -112,6 +115,8 @@ class Batcher:
             x = np.ascontiguousarray(x, dtype=np.float32)
         else:
             x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
+        if self.boxes is not None:                     # box-aware affine: image and boxes together
+            x, y = self.boxes(x, y, _rng(self.seed, _BOXES, epoch, step))
         if self.labels is not None:
             y = self.labels(y)
         if self.mix is not None:

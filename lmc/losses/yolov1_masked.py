@@ -232,6 +232,18 @@ class YoloV1Masked(Loss):
                 "inv_b": flt(1.0 / b)}
 
     def fit_labels(self, y, num_classes, cfg):
+        """The dataset's YOLO targets as the step takes them.  The FPN path encodes its flat
+        multi-scale target per batch from box lists (lmc/data/boxes.py) — or from the single-box
+        grid targets of the dataset, read as box lists — so box-aware augmentation can move
+        the boxes first."""
+        if self.fpn and np.ndim(y) != 2:
+            from ..data.boxes import as_list, encode_fpn
+            # the flat head's width arrives as `num_classes` (the net's output [B, Σ A·S·g²])
+            cells = sum(len(an) * g * g for g, an in self.fpn)
+            if not num_classes or num_classes % cells or num_classes // cells < SLOT_MIN:
+                raise ValueError(f"lmc bug: FPN labels for a head of {num_classes} values ({cells} anchor cells)")
+            nc = num_classes // cells - 5
+            return encode_fpn(as_list(np.asarray(y, np.float32)), self.fpn_slots(num_classes), nc)[0]
         return np.ascontiguousarray(y, np.float32)
 
     def draw_labels(self, rng, labels, logits):
@@ -374,13 +386,21 @@ class YoloV1Masked(Loss):
     def ground_truth(self, t: np.ndarray):
         """Labels t → per image (boxes [n, 4] in image units, classes [n]): single box
         [B, P + 1, gH, gW] (mask last), or per anchor slot (its objectness channel)."""
-        if self.fpn:
+        if t.ndim == 3:                   # box lists (lmc/data/boxes.py)
+            out = []
+            for b in t:
+                b = b[b[:, 0] >= 0].astype(np.float64)
+                cx, cy, w, h = b[:, 1], b[:, 2], b[:, 3], b[:, 4]
+                out.append((np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(-1, 4),
+                            b[:, 0].astype(np.int64)))
+            return out
+        if self.fpn and t.ndim == 2:
             per = [self._scale(an).ground_truth(t[:, off:off + n].reshape(len(t), len(an) * slot, g, g))
                    for off, n, g, an, slot in self.fpn_slots(t.shape[1])]
             return [(np.concatenate([p[k][0] for p in per]), np.concatenate([p[k][1] for p in per]))
                     for k in range(len(t))]
         b, c, gh, gw = t.shape
-        if self.anchors:
+        if self.anchors and not self.fpn:         # (the FPN path reads single-box grids too)
             s = c // len(self.anchors)
             slots = [(k * s, k * s + 4, k * s + 5, (k + 1) * s) for k in range(len(self.anchors))]
         else:
