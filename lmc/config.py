@@ -258,6 +258,9 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
                 raise SpecError(f"train.{name}: expected a number in [0, 1), got {v}")
             if name in _PROB and not 0.0 <= v <= 1.0:
                 raise SpecError(f"train.{name}: expected a probability in [0, 1], got {v}")
+            if name == "test_crop_ratio" and v > 1.0:
+                raise SpecError(f"train.test_crop_ratio: expected a ratio in (0, 1] (the centre crop's share of "
+                                f"the resized image; 0 = off), got {v}")
             if t is float and v < 0:
                 raise SpecError(f"train.{name}: expected a number >= 0, got {v}")
             values[name] = v
