@@ -78,7 +78,7 @@ def test_labels_that_are_not_one_class_per_image_are_refused():
     r = CliRunner().invoke(app, ["validate", str(SPECS / "digits_mlp.yaml"), "--set", "train.test_crop_ratio=0.9"])
     assert r.exit_code == 2 and "is not an image [C, H, W]" in r.output
     r = CliRunner().invoke(app, ["validate", str(SPECS / "digits_mlp.yaml"), "--set", "train.test_crop_ratio=1.2"])
-    assert r.exit_code == 2 and "expected a ratio in (0, 1]" in r.output
+    assert r.exit_code == 2 and "expected a ratio in [0, 1], got 1.2" in r.output
 
 
 def _pil_resize(img2d, w, h):
