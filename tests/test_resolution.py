@@ -162,3 +162,27 @@ def test_train_at_train_res_and_evaluate_at_the_spec_resolution(tmp_path, monkey
     losses = [x["loss"] for x in recs if x["kind"] == "epoch"]
     assert len(losses) == 2 and all(np.isfinite(losses)) and losses[1] < losses[0]
     assert [x for x in recs if x["kind"] == "eval"][-1]["top1"] > 0.1
+
+
+def _body(text: str, name: str) -> str:
+    """The text of `func.func @name` without its loc(...) attributes."""
+    import re
+    start = text.index(f"  func.func @{name}(")
+    end = text.index("\n  }", start)
+    return re.sub(r' loc\(.*\)$', "", text[start:end], flags=re.M)
+
+
+@pytest.mark.parametrize("extra", ["", "  dropout: 0.2\n  drop_path: 0.1\n  use_ema: true\n", "  grad_accum_steps: 2\n"])
+def test_the_train_functions_are_the_net_lowered_at_train_res(tmp_path, extra):
+    """Under train_res 4 the training functions are exactly those of the same spec written for a
+    4×4 input (masks and accumulation included), and @forward that of the 8×8 spec."""
+    mobile = (SPECS / "digits_mobile.yaml").read_text().replace("  seed: 0\n", "  seed: 0\n" + extra)
+    split = load_spec(_spec(tmp_path, mobile.replace("  seed: 0\n", "  seed: 0\n  train_res: 4\n"), "split.yaml"))
+    small = load_spec(_spec(tmp_path, mobile.replace("height: 8, width: 8", "height: 4, width: 4"), "small.yaml"))
+    big = load_spec(_spec(tmp_path, mobile, "big.yaml"))
+    text = lower(infer(split))
+    names = ["grad_step", "apply_step"] if "grad_accum" in extra else ["train_step"]
+    for name in names:
+        assert _body(text, name) == _body(lower(infer(small)), name)
+    assert _body(text, "forward") == _body(lower(infer(big)), "forward")
+    assert [m.value.type for m in abi(infer(split)).masks] == [m.value.type for m in abi(infer(small)).masks]
