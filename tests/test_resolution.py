@@ -42,6 +42,9 @@ def test_the_module_holds_both_resolutions(tmp_path):
     assert net.input.dims == (32, 1, 8, 8) and t.input.dims == (32, 1, 6, 6)
     assert [(p.name, p.type) for p in net.params + net.state] == [(p.name, p.type) for p in t.params + t.state]
     assert abi(net).x.dims == (32, 1, 6, 6)
+    import json
+    info = json.loads(CliRunner().invoke(app, ["info", str(_spec(tmp_path)), "--json"]).stdout)
+    assert info["input_shape"] == [32, 1, 8, 8] and info["train_abi"]["x"] == [32, 1, 6, 6]
     text = lower(net)
     train = next(l for l in text.splitlines() if "func.func @train_step(" in l)
     fwd = next(l for l in text.splitlines() if "func.func @forward(" in l)
