@@ -186,7 +186,7 @@ def info(spec: SpecArg,
 
 def _train_abi(net) -> dict | None:
     """The training functions' layout for machines: the hp vector's entries, each tensor's
-    optimizer, the optimizer-state order, the label tensor (None without a recipe; the refusal
+    optimizer, the optimizer-state order, the input (at train_res under it) and label tensors (None without a recipe; the refusal
     when lmc cannot lower it)."""
     if net.spec.train is None:
         return None
@@ -195,7 +195,7 @@ def _train_abi(net) -> dict | None:
         a = abi(net)
     except LmcError as e:
         return {"refused": e.message}
-    return {"hp": list(a.hp), "loss": a.loss.name, "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
+    return {"hp": list(a.hp), "loss": a.loss.name, "x": list(a.x.dims), "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
             "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
             "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
             "head_lr": sorted(a.head), "grad_accum_steps": a.accum,

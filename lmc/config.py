@@ -199,8 +199,8 @@ _ZERO_OK = {"seed", "warmup_epochs", "train_res", "swa_start_epoch", "checkpoint
 # keep = 0, smoothing leaves no label, −log((1−π)/π) is infinite.
 _UNIT = {"label_smoothing", "momentum", "rmsprop_decay", "drop_path", "dropout", "bn_momentum",
          "ema_decay", "det_prior_pi"}
-# Probabilities, [0, 1]: "always" is a fine setting.
-_PROB = {"random_erasing_prob", "fpn_affine_prob"}
+# Probabilities, [0, 1]: "always" is a fine setting (and test_crop_ratio, a share: 1 = no crop).
+_PROB = {"random_erasing_prob", "fpn_affine_prob", "test_crop_ratio"}
 # Fields that only act under a switch: set (to a non-default value) with the switch off they
 # would be accepted and do nothing, so check_rules refuses them, naming the switch.
 DEPENDS = {
@@ -261,7 +261,8 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
             if name in _UNIT and not 0.0 <= v < 1.0:
                 raise SpecError(f"train.{name}: expected a number in [0, 1), got {v}")
             if name in _PROB and not 0.0 <= v <= 1.0:
-                raise SpecError(f"train.{name}: expected a probability in [0, 1], got {v}")
+                what = "a ratio" if name == "test_crop_ratio" else "a probability"
+                raise SpecError(f"train.{name}: expected {what} in [0, 1], got {v}")
             if t is float and v < 0:
                 raise SpecError(f"train.{name}: expected a number >= 0, got {v}")
             values[name] = v

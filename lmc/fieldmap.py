@@ -80,8 +80,10 @@ WHERE: dict[str, str] = {
     "fpn_affine_prob": "batcher (data/boxes.BoxAffine): per-image chance of the affine; refused without fpn_scales",
     "fpn_affine_wh_thr_px": "data/boxes.BoxAffine: drops transformed boxes under this side; refused without fpn_affine_prob",
     "fpn_affine_area_thr": "data/boxes.BoxAffine: drops boxes keeping less area; refused without fpn_affine_prob",
-    "train_res": "refused: not implemented yet (train/test resolution split)",
-    "test_crop_ratio": "refused: not implemented yet (train/test resolution split)",
+    "train_res": "the train step's input resolution (infer.train_net, data/resolution.py); refused on a net "
+                 "whose weights depend on it (flatten → dense) or whose labels are not one class per image",
+    "test_crop_ratio": "eval: the validation images resized and centre-cropped (data/resolution.py); refused "
+                       "without image inputs and a class per image",
     "dropout": "a keep mask on the final dense layer's input, drawn by the host (lmc/masks.py); refused on "
                "a net not ending in dense",
     "drop_path": "per-example keep masks on every residual branch, rate ramped over the sites (lmc/masks.py); "

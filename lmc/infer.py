@@ -2,7 +2,8 @@
 the layer's location to any error.  A layer is lowered when every primitive it expands into has a template."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 from .errors import LmcError, NotImplementedKind, ShapeError, SpecError
 from .graph import Graph, Param, State, Value
@@ -31,6 +32,7 @@ class TypedNet:
     graph: Graph
     layers: list[LayerInfo]
     output: Value
+    _train: "TypedNet | None" = field(default=None, repr=False, compare=False)   # train_net's cache
 
     @property
     def params(self) -> list[Param]:
@@ -115,6 +117,58 @@ def _dropout(g, x, entry, spec):
     return g.op("mul", x, g.mask("dropout", x.type.dims), flops=0)
 
 
+def train_net(net: TypedNet) -> TypedNet:
+    """The net the training functions run: the net itself, or under train.train_res R the
+    spec's layers inferred again on a [C, R, R] input at the same batch (lower emits the
+    training functions from it and @forward from `net`: one module holding both shapes).
+    Both must hold exactly the same parameters and running state — nets whose head follows a
+    global pool; a net whose weights depend on the input size (flatten → dense, a positional
+    embedding) is refused, located at train.train_res.  The labels stay the dataset's, so only
+    a classifier's [B, K] output can take it (a per-pixel mask would need resizing too)."""
+    cfg = net.spec.train
+    if cfg is None or not cfg.train_res:
+        return net
+    if net._train is not None:
+        return net._train
+    spec, r = net.spec, cfg.train_res
+    loc = spec.loc("train", "train_res")
+    why = _image_classifier(net)
+    if why:
+        raise SpecError(f"train.train_res {r} resizes the training images, not their labels: {why}", loc)
+    if tuple(spec.input[1:]) == (r, r):
+        net._train = net
+        return net
+    try:
+        t = infer(dataclasses.replace(spec, input=(spec.input[0], r, r)), net.batch)
+    except LmcError as e:
+        where = f"{e.loc}: " if e.loc is not None else ""
+        raise SpecError(f"train.train_res {r}: the net does not take a {r}×{r} input ({where}{e.message})", loc,
+                        hint="a net that trains at one resolution and evaluates at another pools globally "
+                             "before its head (global_avg_pool, not flatten); or choose another train_res") from None
+    mine = [(p.name, p.type) for p in net.params + net.state]
+    theirs = [(p.name, p.type) for p in t.params + t.state]
+    if mine != theirs:
+        (name, a), (_, b) = next(((m, o) for m, o in zip(mine, theirs) if m != o), (mine[-1], theirs[-1]))
+        raise SpecError(f"train.train_res {r}: the net's parameters depend on the input resolution ({name} is "
+                        f"{a.shape_str()} at {spec.input[1]}×{spec.input[2]}, {b.shape_str()} at {r}×{r}), so it "
+                        f"cannot train at one resolution and evaluate at the other", loc,
+                        hint="pool globally before the head (global_avg_pool instead of flatten), or drop train_res")
+    net._train = t
+    return t
+
+
+def _image_classifier(net: TypedNet) -> str | None:
+    """Why the resolution fields (train_res, test_crop_ratio: resize images, keep labels) cannot
+    apply to `net`, or None: they need image inputs [C, H, W] and a class label per image."""
+    from .config import CLASS, dataset_labels
+    if len(net.spec.input) != 3:
+        return f"the spec's input {list(net.spec.input)} is not an image [C, H, W]"
+    if net.output.type.rank != 2 or dataset_labels(net.spec.dataset) != CLASS:
+        return (f"it needs a classifier (a class per image, output [batch, classes]), and this net's output is "
+                f"{net.output.type.shape_str()}" + (f" on dataset {net.spec.dataset.value}" if net.spec.dataset else ""))
+    return None
+
+
 def check_recipe_fits(net: TypedNet) -> None:
     """The recipe against the inferred net (config.check_against_net): the loss's label layout
     against the output's rank, the class count of weights and priors.  One check for every path:
@@ -133,4 +187,10 @@ def check_recipe_fits(net: TypedNet) -> None:
     from .config import check_against_net
     check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
                       output_dims=net.output.type.dims, dataset=s.dataset)
+    train_net(net)             # train_res: the net at the training resolution holds the same weights
+    if s.train.test_crop_ratio:
+        why = _image_classifier(net)
+        if why:
+            raise SpecError(f"train.test_crop_ratio resizes and crops the validation images, not their labels: "
+                            f"{why}", s.loc("train", "test_crop_ratio"))
 

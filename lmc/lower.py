@@ -13,6 +13,8 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
+  (train.train_res R: the training functions take x at [B, C, R, R], @forward and @input_grad
+  at the spec's input: one module holding the net lowered at both shapes, infer.train_net)
   @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
   @spectral_project(W..., U..., cap) -> (W'..., U'...)  (train.spectral_cap; W the capped
       weights, U their power-iteration vectors: lmc/trust/spectral.py)
@@ -31,7 +33,7 @@ import numpy as np
 from .config import effective_loss
 from .errors import NotImplementedKind, SpecError
 from .graph import Node
-from .infer import TypedNet, check_recipe_fits
+from .infer import TypedNet, check_recipe_fits, train_net
 from .losses import Loss, make_loss
 from .optim import GLOBAL_HP, Optimizer, assign, selection
 from .render import render_prim, render_template, sig
@@ -133,6 +135,7 @@ def abi(net: TypedNet, world: int = 1) -> Abi:
                                  f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
                                  hint="remove the field from the recipe (or set it to its default)")
     check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
+    t = train_net(net)             # train.train_res: the training functions' input and masks
     if cfg.bf16 and not any(n.prim.mixed_precision for n in net.graph.nodes):
         raise SpecError("train.bf16 rounds the operands of the primitives with a bf16 form (dense, linear, "
                         "matmul, attention), and this net has none (convs would need bf16_conv, not "
@@ -159,8 +162,8 @@ def abi(net: TypedNet, world: int = 1) -> Abi:
     # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
     no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
-               net.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
-               list(net.graph.masks), world)
+               t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
+               list(t.graph.masks), world)
 
 
 def ema_decay(cfg, step: int) -> float:
@@ -272,10 +275,11 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
         if net.spec.train is None:
             raise SpecError("rendering @train_step needs a `train:` recipe in the spec", net.spec.layers[0].loc)
         a = abi(net, world)
+        tnet = train_net(net)      # train.train_res: the same weights at the training resolution
         if not a.split:
-            bodies.append(_train_step(net, em, a))
+            bodies.append(_train_step(tnet, em, a))
         else:
-            bodies += [_grad_step(net, em, a), _apply_step(net, em, a)]
+            bodies += [_grad_step(tnet, em, a), _apply_step(net, em, a)]
         if net.spec.train.use_swa:
             bodies.append(_average(net, em, a))
         if net.spec.train.spectral_cap > 0:
@@ -534,13 +538,13 @@ def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:
     computed in the walk but returned by no one (the compiler drops them)."""
     em.lines = []
     N = _Names(net, a)
-    args = N.args(a, "PS") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    t = net.input.mlir             # the eval resolution (a.x is the training one under train_res)
+    args = N.args(a, "PS") + [f"%x: {t}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
     dxs: list[str] = []
     _, _, (loss, _) = _grads(net, em, a, N, dx=dxs)
     if not dxs:
         raise SpecError("@input_grad: no primitive passes a gradient back to the input (token ids are "
                         "looked up, not differentiated)", net.spec.layers[0].loc)
-    t = a.x.mlir
     d = _sum(em, dxs, t)
     return _func("input_grad", args, em, [(loss, SCALAR), (d, t)])
 

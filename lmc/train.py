@@ -43,7 +43,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("det_prior_pi", "train_res", "test_crop_ratio", "bf16_conv", "val_every_epochs", "sync_bn")
+_UNSUPPORTED = ("det_prior_pi", "bf16_conv", "val_every_epochs", "sync_bn")
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100
@@ -135,7 +135,9 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
     classes = net.num_classes
     if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
         classes = net.output.type.dims[1]
-    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream)
+    cfg = net.spec.train            # the resolution split acts on the data (lmc.data.resolution)
+    res = dict(train_res=cfg.train_res, test_crop_ratio=cfg.test_crop_ratio) if cfg is not None else {}
+    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream, **res)
 
 
 def _to_host(arrays) -> list[np.ndarray]:

@@ -29,8 +29,7 @@ def lowerable(path: Path) -> bool:
 
 CASES = [(p, b) for p in SPECS if lowerable(p) for b in ("llvm-cpu", "cuda", "rocm")]
 # known failures, each with what the compiler says (fix, then delete the entry)
-KNOWN = {("googlenet", "llvm-cpu"): "IREE 3.13 llvm-cpu: a dispatch with an inception max_pool's reduce_window "
-                                    "'exceeded stack allocation limit of 32768 bytes' (the pool alone compiles)"}
+KNOWN: dict = {}
 PARAMS = [pytest.param(p, b, id=f"{p.stem}-{b}",
                        marks=[pytest.mark.xfail(reason=KNOWN[(p.stem, b)], strict=True)] if (p.stem, b) in KNOWN else [])
           for p, b in CASES]

@@ -100,8 +100,8 @@ PROBES = {
     "fpn_affine_prob": (0.5, AFFINE, FPN, False),                     # against prob 1
     "fpn_affine_wh_thr_px": (12.0, AFFINE, FPN, False),
     "fpn_affine_area_thr": (0.9, AFFINE, FPN, False),
-    "train_res": (6, {}, CNN, False),
-    "test_crop_ratio": (0.9, {}, CNN, False),
+    "train_res": (6, {}, MOBILE, False),          # global pool before the head: the same weights at 6×6
+    "test_crop_ratio": (0.75, {}, CNN, False),
     "dropout": (0.2, {}, MLP, False),
     "drop_path": (0.1, {}, MOBILE, False),
     "head_prior_bias": (PRIOR, {}, MLP, False),
@@ -127,6 +127,7 @@ OBSERVED = {
     "running_bn": "same_eval",     # lmc's only mode (fieldmap.WHERE): the run equals the default's
     "use_tta": "tta_views",
     "tta_samples": "tta_views",
+    "test_crop_ratio": "eval_images",   # the validation images change, the training does not
 }
 
 
@@ -190,6 +191,10 @@ def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_pat
         import lmc.data.batcher as bt
         real_view = bt.TTA.view
         monkeypatch.setattr(bt.TTA, "view", lambda self, *a: draws.append(1) or real_view(self, *a))
+    if OBSERVED.get(field) == "eval_images":
+        import lmc.train as tr
+        real_eval = tr.evaluate
+        monkeypatch.setattr(tr, "evaluate", lambda *a, **k: draws.append(np.array(a[3])) or real_eval(*a, **k))
     if OBSERVED.get(field) == "swag_draws":
         import lmc.evaluate as ev
         real = ev.swag_sample
@@ -220,6 +225,12 @@ def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_pat
             n_batches = -(-360 // 64)                                # the digits validation split
             assert n_draws == views * n_batches * len(_records(out, "eval")), n_draws
             judged = f"eval averages {views} augmented views per batch"
+        elif kind == "eval_images":
+            from lmc.data import load_dataset
+            stored = load_dataset("digits", None, (1, 8, 8), 10).x_val
+            seen = draws[:n_draws]                   # (a baseline run adds its own)
+            assert seen and all(x.shape == stored.shape and not np.array_equal(x, stored) for x in seen)
+            judged = "changes the images the eval scores"
         elif kind == "same_eval":
             assert _records(out, "eval")[-1]["top1"] == base_evals[-1]["top1"]
             judged = "lmc's only mode: the run equals the default's (documented)"

@@ -33,7 +33,8 @@ UNSUPPORTED = ()
 
 
 def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
-                 num_classes: int | None, *, seed: int = 0, stream: bool | None = None, **options) -> Dataset:
+                 num_classes: int | None, *, seed: int = 0, stream: bool | None = None, train_res: int = 0,
+                 test_crop_ratio: float = 0.0, **options) -> Dataset:
     """Load dataset `kind` from `path` and fit it to the spec.
 
     input_shape: the spec's per-example shape, e.g. (1, 28, 28), (784,), (1, 8, 8) or (64,);
@@ -43,6 +44,9 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     seed: drives the synthetic data only (the fixed splits of digits/npz never depend on it).
     stream: image folders (imagenette, imagenet) decoded per batch instead of held in RAM —
     True, False, or None: imagenet always, imagenette above imagenette.STREAM_ABOVE bytes.
+    train_res: train.train_res R > 0 — the Batcher resizes the training images to R×R
+    (lmc.data.resolution); test_crop_ratio: train.test_crop_ratio r > 0 — the validation images
+    are resized and centre-cropped by it, from their files for image folders.
     options: extra keyword arguments for the loader (synthetic: n_train, n_val, signal).
     """
     input_shape = tuple(int(d) for d in input_shape)
@@ -51,10 +55,21 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     if stream is False and kind == "imagenet":
         raise DataError("--no-stream: imagenet (1.28 M images, ~938 GiB as float32) cannot be held in RAM; "
                         "it always streams", hint="drop --no-stream")
-    ds = _load(kind, path, input_shape, num_classes, seed, options, stream)
+    folder = kind in ("imagenette", "imagenet")
+    ds = _load(kind, path, input_shape, num_classes, seed, options, stream,
+               test_crop_ratio if folder else 0.0)
     if ds.train_crop is None:
         ds.x_train = fit_shape(ds.x_train, input_shape, ds.source("x_train"))
     ds.x_val = fit_shape(ds.x_val, input_shape, ds.source("x_val"))
+    for name, on in (("train_res", train_res), ("test_crop_ratio", test_crop_ratio)):
+        if on and (ds.x_val.ndim != 4 or ds.label_format != "class ids"):
+            raise DataError(f"{ds.name}: train.{name} resizes images [C, H, W] with a class label each, but the "
+                            f"examples have shape {tuple(ds.x_val.shape[1:])} and {ds.label_format} labels")
+    if train_res:
+        ds.train_res = (int(train_res), int(train_res))
+    if test_crop_ratio and not folder:
+        from lmc.data.resolution import eval_crop
+        ds.x_val = eval_crop(ds.x_val, test_crop_ratio)
     if np.issubdtype(ds.y_train.dtype, np.integer):       # class ids (per example or pixel)
         check_labels(ds.y_train, num_classes, ds.source("y_train"))
         check_labels(ds.y_val, num_classes, ds.source("y_val"))
@@ -63,7 +78,7 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     return ds
 
 
-def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> Dataset:
+def _load(kind, path, input_shape, num_classes, seed, options, stream=None, crop_ratio=0.0) -> Dataset:
     if kind in UNSUPPORTED:
         raise DataError(f"dataset kind {kind} is not supported yet "
                         f"(supported: {', '.join(KINDS)})")
@@ -96,5 +111,5 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None) -> D
         return seg_bins.load(kind, path)
     if kind in ("imagenette", "imagenet"):
         # imagenet (1.28 M images, ~938 GiB as f32 at 224²) cannot be preloaded: it always streams
-        return imagenette.load(path, input_shape, True if kind == "imagenet" else stream, kind)
+        return imagenette.load(path, input_shape, True if kind == "imagenet" else stream, kind, crop_ratio)
     return {"mnist": mnist.load, "cifar10": cifar10.load, "npz": npz.load}[kind](path)

@@ -18,6 +18,7 @@ import numpy as np
 
 from lmc.data import augment as aug
 from lmc.data.dataset import Dataset
+from lmc.data.resolution import resize
 from lmc.errors import DataError
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
@@ -37,6 +38,7 @@ class Batcher:
     H x W window of the larger stored image when the dataset has `train_crop` (imagenette),
     else a zero-padded crop with `pad_crop` pixels per side (pad_crop=0: flip only, the
     reference's cifar recipe).  Without augment, stored-larger images are centre-cropped.
+    The dataset's train_res (train.train_res) then resizes the batch to R×R (Pillow bilinear).
     random_erasing: probability per image of erasing a rectangle with N(0, 1) noise (0 = off).
     labels: the loss's label fitting (class ids → the label tensor the step takes, e.g. smoothed
     one-hot targets), applied here in the background thread; None keeps the dataset's labels.
@@ -130,6 +132,8 @@ class Batcher:
             x = aug.hflip(x, rng)
         elif crop:
             x = aug.center_crop(x, *crop)
+        if self.ds.train_res is not None:       # train.train_res: the step's resolution
+            x = resize(x, *self.ds.train_res)
         if self.policy is not None:
             x = self.policy(x, rng)
         if self.random_erasing > 0:

@@ -23,6 +23,8 @@ class Dataset:
     `train_crop` is set when the training images are stored larger than the spec's input
     (imagenette: squashed to 256/224 of the input size, like the reference's 256 -> 224);
     the Batcher then crops them to (H, W) — randomly when augmenting, centred otherwise.
+    `train_res` (train.train_res) is the (R, R) the Batcher resizes every training batch to after
+    that crop (lmc.data.resolution); evaluation keeps the spec's resolution.
     `sources` maps each array's name ('x_train', 'y_train', 'x_val', 'y_val') to the file it
     was read from, so errors found later (shape, labels) can name that file.
     """
@@ -35,6 +37,7 @@ class Dataset:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     train_crop: tuple[int, int] | None = None
+    train_res: tuple[int, int] | None = None     # train.train_res: the Batcher resizes to it
     sources: dict[str, str] = field(default_factory=dict)
     # what y holds (a lmc.losses label format): "class ids" [N], "mask" [N, H, W] int,
     # "float" targets [N, ...], "boxes" (YOLO targets); evaluation scores by it
@@ -46,7 +49,9 @@ class Dataset:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Per-example shape the Batcher yields (after any train crop)."""
+        """Per-example shape the Batcher yields (after any train crop and resize)."""
+        if self.train_res is not None:
+            return (self.x_train.shape[1], *self.train_res)
         if self.train_crop is not None:
             return (self.x_train.shape[1], *self.train_crop)
         return tuple(self.x_train.shape[1:])

@@ -25,6 +25,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.resolution import crop_image
 from lmc.errors import DataError
 
 STREAM_ABOVE = 4 << 30     # bytes of decoded float32 images above which the loader streams
@@ -66,29 +67,33 @@ def list_images(split_dir: Path, classes: list[str] | None) -> tuple[list[Path],
     return paths, labels, classes
 
 
-def read_image(path: Path, size: tuple[int, int]) -> np.ndarray:
-    """uint8 [3, h, w]: RGB (greyscale and CMYK files converted), squashed to size=(h, w)."""
+def read_image(path: Path, size: tuple[int, int], crop_ratio: float = 0.0) -> np.ndarray:
+    """uint8 [3, h, w]: RGB (greyscale and CMYK files converted), squashed to size=(h, w) — or,
+    with crop_ratio r > 0 (train.test_crop_ratio), resized aspect kept to cover (h/r, w/r) and
+    centre-cropped to (h, w) (lmc.data.resolution)."""
     try:
         with Image.open(path) as im:
-            im = im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
+            im = im.convert("RGB")
+            im = crop_image(im, *size, crop_ratio) if crop_ratio else im.resize((size[1], size[0]), Image.BILINEAR)
             return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
     except (OSError, UnidentifiedImageError, ValueError) as e:
         raise DataError(f"{path}: cannot read image ({e})") from None
 
 
-def read_images(paths: list[Path], size: tuple[int, int], pool: ThreadPoolExecutor | None = None) -> np.ndarray:
+def read_images(paths: list[Path], size: tuple[int, int], pool: ThreadPoolExecutor | None = None,
+                crop_ratio: float = 0.0) -> np.ndarray:
     """Decode in threads (PIL releases the GIL while decoding and resizing), then normalize."""
     out = np.empty((len(paths), 3, *size), dtype=np.uint8)
 
     def fill(i: int) -> None:
-        out[i] = read_image(paths[i], size)
+        out[i] = read_image(paths[i], size, crop_ratio)
 
     if pool is not None:
         for _ in pool.map(fill, range(len(paths))):   # consuming re-raises a worker's DataError
             pass
         return normalize(out)
     with ThreadPoolExecutor(max_workers=_workers()) as own:
-        return read_images(paths, size, own)
+        return read_images(paths, size, own, crop_ratio)
 
 
 def _workers() -> int:
@@ -101,8 +106,8 @@ class Images:
     ndim = 4
     dtype = np.dtype(np.float32)
 
-    def __init__(self, paths: list[Path], size: tuple[int, int]):
-        self.paths, self.size = list(paths), tuple(size)
+    def __init__(self, paths: list[Path], size: tuple[int, int], crop_ratio: float = 0.0):
+        self.paths, self.size, self.crop_ratio = list(paths), tuple(size), crop_ratio
         self.shape = (len(self.paths), 3, *self.size)
         self._pool: ThreadPoolExecutor | None = None
 
@@ -118,10 +123,11 @@ class Images:
             rows = np.asarray(idx).ravel().tolist()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="lmc-decode")
-        return read_images([self.paths[i] for i in rows], self.size, self._pool)
+        return read_images([self.paths[i] for i in rows], self.size, self._pool, self.crop_ratio)
 
     def __getstate__(self):          # picklable (no pool)
-        return {"paths": self.paths, "size": self.size, "shape": self.shape, "_pool": None}
+        return {"paths": self.paths, "size": self.size, "crop_ratio": self.crop_ratio, "shape": self.shape,
+                "_pool": None}
 
 
 def normalize(images: np.ndarray) -> np.ndarray:
@@ -134,8 +140,10 @@ def normalize(images: np.ndarray) -> np.ndarray:
     return x
 
 
-def load(path: Path, input_shape: tuple[int, ...], stream: bool | None = None, kind: str = "imagenette") -> Dataset:
-    """stream: True/False, or None for automatic (above STREAM_ABOVE bytes decoded)."""
+def load(path: Path, input_shape: tuple[int, ...], stream: bool | None = None, kind: str = "imagenette",
+         crop_ratio: float = 0.0) -> Dataset:
+    """stream: True/False, or None for automatic (above STREAM_ABOVE bytes decoded).
+    crop_ratio: train.test_crop_ratio, applied to the validation files as they are decoded."""
     if len(input_shape) != 3 or input_shape[0] != 3:
         raise DataError(f"{path}: {kind} gives RGB images [3, H, W] but the spec's input is "
                         f"{tuple(input_shape)}", hint="give the spec an input of shape [3, H, W]")
@@ -148,9 +156,9 @@ def load(path: Path, input_shape: tuple[int, ...], stream: bool | None = None, k
     if stream is None:
         stream = 4 * 3 * (len(train_paths) * th * tw + len(val_paths) * h * w) > STREAM_ABOVE
     if stream:
-        x_train, x_val = Images(train_paths, (th, tw)), Images(val_paths, (h, w))
+        x_train, x_val = Images(train_paths, (th, tw)), Images(val_paths, (h, w), crop_ratio)
     else:
-        x_train, x_val = read_images(train_paths, (th, tw)), read_images(val_paths, (h, w))
+        x_train, x_val = read_images(train_paths, (th, tw)), read_images(val_paths, (h, w), crop_ratio=crop_ratio)
     sources = {"x_train": str(path / "train"), "y_train": str(path / "train"),
                "x_val": str(path / "val"), "y_val": str(path / "val")}
     return Dataset(kind, x_train, np.asarray(y_train, dtype=np.int32),

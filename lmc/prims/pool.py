@@ -27,7 +27,11 @@ class MaxPool(Prim):
     - Otherwise (overlapping, padded): idx = the first maximal offset of each window; the padded
       input seen as s×s tiles, where a window's offset (t·s + r, t'·s + r') lands in tile
       (oh + t, ow + t') at (r, r'), so dx is one select-sum over the ⌈k/s⌉² tile shifts of idx
-      and dy (2× faster backward than per-offset interior pads for ResNet's 3×3/2)."""
+      and dy (2× faster backward than per-offset interior pads for ResNet's 3×3/2).  The forward
+      is a reduce_window, except at stride 1 (the inception 3×3/1 branch pool): the elementwise
+      max of the k² offset slices, the same windows (exact), because IREE 3.13's llvm-cpu fused
+      GoogLeNet's stride-1 reduce_window into a dispatch needing 3 MiB of stack (its limit is
+      32 KiB), and the slices fuse as plain elementwise work."""
     inputs = ("x",)
     params = ()
     examples = [(dict(size=2, stride=2), [_t(2, 3, 6, 6)], []),
@@ -93,7 +97,7 @@ class MaxPool(Prim):
                    for i in range(k) for j in range(k)]
         shifts = [dict(n=f"{a}_{e}", low=f"[0, 0, {a}, {e}]", high=f"[0, 0, {th - oh - a}, {tw - ow - e}]",
                        rh0=a * s, rw0=e * s) for a in range(tn) for e in range(tn)]
-        return {"tiled": False, "k": k, "s": s, "kw": kw, "nidx": kw * kw, "offsets": offsets, "shifts": shifts,
+        return {"tiled": False, "slices": s == 1, "k": k, "s": s, "kw": kw, "nidx": kw * kw, "offsets": offsets, "shifts": shifts,
                 "xp": _t(b, c, h + sum(ph), w + sum(pw)).mlir,
                 "low": f"[0, 0, {ph[0]}, {pw[0]}]", "high": f"[0, 0, {ph[1]}, {pw[1]}]",
                 "high_t": f"[0, 0, {th * s - h - ph[0]}, {tw * s - w - pw[0]}]", "xpt": _t(b, c, th * s, tw * s).mlir,
