@@ -72,10 +72,14 @@ def lmc_cli(*args, timeout=300):
                           text=True, timeout=timeout)
 
 
-def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path):
-    got = ranks(tmp_path / "dp", MLP, 6, "train.batch_size=32")
+@pytest.mark.parametrize("steps,extra", [(6, []), (9, ["train.grad_accum_steps=2"])])
+def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path, steps, extra):
+    """(With accumulation, 9 steps end mid-cycle: the checkpoint's accumulator is the ranks' mean,
+    equal to one process's.)"""
+    got = ranks(tmp_path / "dp", MLP, steps, "train.batch_size=32", *extra)
     assert checksum(got[0]) == checksum(got[1])                   # ranks bit-identical
-    r = lmc_cli("train", MLP, "--steps", 6, "--set", "train.batch_size=64", "--out", tmp_path / "one")
+    sets = [a for e in extra for a in ("--set", e)]
+    r = lmc_cli("train", MLP, "--steps", steps, "--set", "train.batch_size=64", *sets, "--out", tmp_path / "one")
     assert r.returncode == 0, r.stderr
     one = tensors(tmp_path / "one" / "last.npz")
     dp = tensors(tmp_path / "dp" / "last.npz")                    # rank 0's checkpoint
@@ -86,6 +90,7 @@ def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path):
     rec = [json.loads(line) for line in (tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()]
     head = rec[0]
     assert head["ranks"] == 2 and head["global_batch"] == 64 and head["batch_size"] == 32
+    assert len([x for x in rec if x["kind"] == "step"]) == steps
     ev = [x for x in rec if x["kind"] == "eval"][-1]
     ev1 = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()
            if '"eval"' in line][-1]
