@@ -55,6 +55,9 @@ NETS = [  # (spec, overrides): the issue's four nets, batch 128, ResNet-18 at CI
     ("specs/tiny_gpt.yaml", ["train.batch_size=32", "train.grad_clip_norm=0"]),
 ]
 PEERS = ("jax", "torch", "torch_compile")
+# torchvision's own model (peers.TORCHVISION: resnet18), eager and torch.compile, each in the
+# default (NCHW) and the channels_last memory format; the faster format of each is reported
+TV_PEERS = ("tv", "tv_cl", "tv_compile", "tv_compile_cl")
 
 
 def lmc_candidate(net):
@@ -68,6 +71,8 @@ def lmc_candidate(net):
 def peer_candidate(name, net):
     if name == "jax":
         return peers.jax_step(net)[0], {}
+    if name in TV_PEERS:
+        return peers.torchvision_step(net, compile="compile" in name, channels_last=name.endswith("_cl")), {}
     return peers.torch_step(net, compile=name == "torch_compile"), {}
 
 
@@ -172,6 +177,8 @@ def measure(cands: dict, steps: int, warmup: int = 2, block_s: float = 0.2, sett
 
 def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> dict:
     net = infer(load_spec(ROOT / spec, sets))
+    if net.spec.name in peers.TORCHVISION:
+        which = which + tuple(p for p in TV_PEERS if "compile" not in p or "torch_compile" in which)
     row = {"net": Path(spec).stem, "batch": net.batch, "errors": {}, "first_call_s": {}, "cpu": {}}
     ctx = mp.get_context("spawn")
     cands = {}
@@ -228,13 +235,30 @@ def ratio(a, b) -> str:
     return "n/a" if a is None or not b else f"{a / b:.2f}"
 
 
+def tv_best(r, compiled: bool):
+    """(ms, format) of the faster memory format of torchvision's model, or (None, None)."""
+    base = "tv_compile" if compiled else "tv"
+    got = [(r[k], f) for k, f in ((base, "NCHW"), (base + "_cl", "channels_last")) if r.get(k)]
+    return min(got) if got else (None, None)
+
+
+def fmt_tv(r, compiled: bool) -> str:
+    if not any(k in r for k in TV_PEERS):
+        return "—"
+    ms, f = tv_best(r, compiled)
+    return "n/a" if ms is None else f"{ms:.1f} ({f})"
+
+
 def table(rows) -> str:
-    lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | torchvision eager ms | "
+             "torchvision compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        torch_best = min([v for v in (r.get("torch"), r.get("torch_compile")) if v], default=None)
+        torch_best = min([v for v in (r.get("torch"), r.get("torch_compile"), tv_best(r, False)[0], tv_best(r, True)[0])
+                          if v], default=None)
         lines.append(f"| {r['net']} ({r['batch']}) | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
-                     f"{fmt(r.get('torch_compile'))} | {ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
+                     f"{fmt(r.get('torch_compile'))} | {fmt_tv(r, False)} | {fmt_tv(r, True)} | "
+                     f"{ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
                      f"{fmt(r['cpu'].get('lmc'))} | {r['load'][0]:.1f}–{r['load'][1]:.1f} |")
     return "\n".join(lines)
 
@@ -249,6 +273,9 @@ def results_md(rows, m, steps) -> str:
            f"JAX {m.get('jax', '?')}, PyTorch {m.get('torch', '?')}",
            "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
            "same batch, same optimizer; state stays on the device between steps in all of them.",
+           "- torchvision columns: PyTorch running torchvision's own model (resnet18, `num_classes=10`) at the same "
+           "batch and resolution, AdamW with the recipe's weight decay, label-smoothed cross-entropy — the model a "
+           "user would write; NCHW and channels_last both timed in the same rounds, the faster shown.",
            "- `load` is the 1-minute load average before–after the measurement (the machine may be shared; "
            "wall times of all candidates are affected alike, `lmc CPU ms` is lmc's process CPU time per step).",
            "", table(rows), ""]
