@@ -83,9 +83,20 @@ def first_call(call) -> float:
     return time.perf_counter() - t0
 
 
+# --avx2: each candidate also as "<name>_avx2", restricted to AVX2+FMA (no AVX-512) in its own
+# process — an AVX2 machine's instruction set (Zen 3) emulated on this one: lmc compiles for
+# znver3, XLA caps its ISA, PyTorch's ATen kernels and oneDNN likewise.  Same cores, caches and
+# clocks as the host, so it isolates the instruction set, not a Zen 3 box's memory system.
+AVX2_ENV = {"IREE_EXTRA_FLAGS": "--iree-llvmcpu-target-cpu=znver3", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+            "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
 def _serve(conn, name: str, spec: str, sets: list[str]):
     """A candidate's process: build its step, then run blocks of steps on request."""
     try:
+        if name.endswith("_avx2"):
+            os.environ.update(AVX2_ENV)         # before JAX / PyTorch initialise, and before lmc compiles
+            name = name[:-len("_avx2")]
         net = infer(load_spec(ROOT / spec, sets))
         call, info = lmc_candidate(net) if name == "lmc" else peer_candidate(name, net)
         first = first_call(call) + (info.get("compile_s") or 0.0)
@@ -249,14 +260,24 @@ def fmt_tv(r, compiled: bool) -> str:
     return "n/a" if ms is None else f"{ms:.1f} ({f})"
 
 
+def _views(r):
+    """The table lines of one net: as run, and with --avx2 the AVX2-restricted candidates."""
+    yield {**r, "label": f"{r['net']} ({r['batch']})"}
+    if "lmc_avx2" in r:
+        v = {k: x for k, x in r.items() if k not in TV_PEERS}
+        v.update({k[:-5]: x for k, x in r.items() if k.endswith("_avx2")})
+        v["cpu"] = {k[:-5]: x for k, x in r["cpu"].items() if k.endswith("_avx2")}
+        yield {**v, "label": f"{r['net']} ({r['batch']}), AVX2"}
+
+
 def table(rows) -> str:
     lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | torchvision eager ms | "
              "torchvision compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    for r in (v for row in rows for v in _views(row)):
         torch_best = min([v for v in (r.get("torch"), r.get("torch_compile"), tv_best(r, False)[0], tv_best(r, True)[0])
                           if v], default=None)
-        lines.append(f"| {r['net']} ({r['batch']}) | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
+        lines.append(f"| {r['label']} | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
                      f"{fmt(r.get('torch_compile'))} | {fmt_tv(r, False)} | {fmt_tv(r, True)} | "
                      f"{ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
                      f"{fmt(r['cpu'].get('lmc'))} | {r['load'][0]:.1f}–{r['load'][1]:.1f} |")
@@ -294,10 +315,14 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="interleaved rounds timed per net")
     ap.add_argument("--nets", nargs="*", help="subset, by spec stem (mnist_cnn) or path")
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    ap.add_argument("--avx2", action="store_true",
+                    help="also run every candidate restricted to AVX2 (emulates a Zen 3 class CPU's ISA; AVX2_ENV)")
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
     ap.add_argument("--results", type=Path, help="write the results table (Markdown) here")
     args = ap.parse_args()
     which = tuple(p for p in PEERS if not (p == "torch_compile" and args.no_torch_compile))
+    if args.avx2:
+        which = which + ("lmc_avx2",) + tuple(p + "_avx2" for p in which)
     rows = []
     for spec, sets in NETS:
         if args.nets and spec not in args.nets and Path(spec).stem not in args.nets:

@@ -1,0 +1,72 @@
+"""Per-dispatch profile of a spec's @train_step on llvm-cpu (issue 15: "a profile per net
+listing the top dispatches"): compiles the module (extra iree-compile flags allowed), writes
+lmc.bench's seed-0 arguments as .npy, runs `iree-benchmark-module` with HAL host-execution
+profiling and prints `iree-profile statistics`' top rows (time per dispatch kind per step).
+
+    python benchmarks/dispatch_profile.py specs/mnist_mlp.yaml [--set train.batch_size=128]
+        [--flags --iree-llvmcpu-target-cpu=znver3] [--reps 20] [--top 12]
+
+Run with glibc's malloc tuned as lmc's runtime does (MALLOC_MMAP_MAX_=0,
+MALLOC_TRIM_THRESHOLD_=...; set here for the child), else first touches of fresh transient
+pages dominate (benchmarks/NOTES.md, session 2)."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import micro                                  # noqa: E402
+from lmc.bench import _initial                 # noqa: E402
+from lmc.compile import compile_module         # noqa: E402
+from lmc.infer import infer                    # noqa: E402
+from lmc.lower import abi, lower               # noqa: E402
+from lmc.masks import draw                     # noqa: E402
+from lmc.spec import load_spec                 # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("spec")
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--flags", nargs="*", default=[])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args()
+    net = infer(load_spec(args.spec, args.sets))
+    with micro.extra_flags(args.flags):
+        c = compile_module(lower(net, functions="train_step"))
+    a = abi(net)
+    ps, opt, st, x, y = _initial(net, np.random.default_rng(0))
+    hp = a.hp_vector(net.spec.train, 1e-4, 1)
+    masks = draw(a.masks, net.spec.train, 0, 0, 0)
+    bindir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory() as d:
+        ins = []
+        for i, v in enumerate(ps + opt + st + [x, y, hp] + list(masks)):
+            f = Path(d) / f"a{i}.npy"
+            np.save(f, np.ascontiguousarray(v))
+            ins.append(f"--input=@{f}")
+        prof = Path(d) / "p.ireeprof"
+        env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1)}
+        cmd = [str(bindir / "iree-benchmark-module"), f"--module={c.path}", "--device=local-task",
+               "--function=train_step", f"--benchmark_repetitions=1", f"--benchmark_min_time={args.reps}x",
+               "--device_profiling_mode=host-execution", f"--device_profiling_output={prof}", *ins]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(r.stderr[-3000:])
+        print("\n".join(l for l in r.stdout.splitlines() if "train_step" in l))
+        s = subprocess.run([str(bindir / "iree-profile"), "statistics", str(prof)], capture_output=True, text=True)
+        print(s.stdout[:20000] if s.returncode == 0 else s.stderr[-3000:])
+
+
+if __name__ == "__main__":
+    main()
