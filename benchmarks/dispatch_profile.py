@@ -58,7 +58,7 @@ def main():
         prof = Path(d) / "p.ireeprof"
         env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1)}
         cmd = [str(bindir / "iree-benchmark-module"), f"--module={c.path}", "--device=local-task",
-               "--function=train_step", f"--benchmark_repetitions=1", f"--benchmark_min_time={args.reps}x",
+               "--function=train_step", "--benchmark_repetitions=1", f"--benchmark_min_time={args.reps}x",
                "--device_profiling_mode=host-execution", f"--device_profiling_output={prof}", *ins]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:

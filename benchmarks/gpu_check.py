@@ -141,7 +141,6 @@ def prepare(args) -> dict:
 
 def _train(net, vmfb: Path, backend: str, steps: int, time_steps: int) -> dict:
     """N steps from lmc.bench's seed-0 initial state and batch; losses, final state, timings."""
-    import numpy as np
     from lmc.bench import stepper
     from lmc.runtime import Module
     t0 = time.perf_counter()
