@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,11 @@ def main():
     ap.add_argument("--flags", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--raw", action="store_true", help="also print iree-profile's statistics as they are")
+    ap.add_argument("--no-phase-dx", action="store_true", help="strided convs' dx on the interior-padded dy (A/B)")
     args = ap.parse_args()
+    from lmc.prims.conv import Conv
+    Conv.phase_dx = not args.no_phase_dx
     net = infer(load_spec(args.spec, args.sets))
     with micro.extra_flags(args.flags):
         c = compile_module(lower(net, functions="train_step"))
@@ -65,7 +70,38 @@ def main():
             sys.exit(r.stderr[-3000:])
         print("\n".join(l for l in r.stdout.splitlines() if "train_step" in l))
         s = subprocess.run([str(bindir / "iree-profile"), "statistics", str(prof)], capture_output=True, text=True)
-        print(s.stdout[:20000] if s.returncode == 0 else s.stderr[-3000:])
+        if s.returncode != 0:
+            sys.exit(s.stderr[-3000:])
+        if args.raw:
+            print(s.stdout)
+        summarize(s.stdout, args.top)
+
+
+_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_ROW = re.compile(r"host_execute (\S+_dispatch_\d+_(\S+))\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) ")
+
+
+def summarize(text: str, top: int):
+    """Top dispatches by time per step, and the time per kind (matmul, transpose, ...)."""
+    rows = []
+    for m in _ROW.finditer(text):
+        name, kind, count, total, unit = m.groups()
+        rows.append((float(total) * _UNIT[unit], int(count), name, kind.split("_")[0]))
+    if not rows:
+        print("no dispatch rows in the profile")
+        return
+    steps = min(c for _, c, _, _ in rows)          # every dispatch runs at least once per step
+    tot = sum(t for t, _, _, _ in rows)
+    print(f"{len(rows)} dispatches, {sum(c for _, c, _, _ in rows) / steps:.0f} per step, "
+          f"{tot / steps:.2f} ms per step of dispatch time ({steps} steps)")
+    kinds = {}
+    for t, _, _, k in rows:
+        kinds[k] = kinds.get(k, 0.0) + t
+    print("by kind: " + ", ".join(f"{k} {t / steps:.2f} ms ({100 * t / tot:.0f}%)"
+                                  for k, t in sorted(kinds.items(), key=lambda kv: -kv[1])))
+    print(f"| top {top} dispatch | ms per step | share |\n|---|---|---|")
+    for t, c, name, _ in sorted(rows, reverse=True)[:top]:
+        print(f"| `{name.split('_dispatch_', 1)[1]}` ×{c // steps} | {t / steps:.2f} | {100 * t / tot:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -254,7 +254,8 @@ def tv_best(r, compiled: bool):
 
 
 def fmt_tv(r, compiled: bool) -> str:
-    if not any(k in r for k in TV_PEERS):
+    base = "tv_compile" if compiled else "tv"
+    if base not in r and base + "_cl" not in r:       # not a torchvision net, or not run
         return "—"
     ms, f = tv_best(r, compiled)
     return "n/a" if ms is None else f"{ms:.1f} ({f})"
