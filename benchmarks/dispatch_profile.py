@@ -81,12 +81,21 @@ _UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 _ROW = re.compile(r"host_execute (\S+_dispatch_\d+_(\S+))\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) ")
 
 
+def _kind(k: str) -> str:
+    """A dispatch name's kind: transposes first (IREE names a fused one `elementwise_transpose_…`)."""
+    for word, kind in (("transpose", "transpose"), ("matmul", "matmul"), ("matvec", "matmul"), ("conv", "conv"),
+                       ("reduction", "reduction"), ("memcpy", "copy"), ("elementwise", "elementwise")):
+        if word in k:
+            return kind
+    return k.split("_")[0]
+
+
 def summarize(text: str, top: int):
     """Top dispatches by time per step, and the time per kind (matmul, transpose, ...)."""
     rows = []
     for m in _ROW.finditer(text):
         name, kind, count, total, unit = m.groups()
-        rows.append((float(total) * _UNIT[unit], int(count), name, kind.split("_")[0]))
+        rows.append((float(total) * _UNIT[unit], int(count), name, _kind(kind)))
     if not rows:
         print("no dispatch rows in the profile")
         return
