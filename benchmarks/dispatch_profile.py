@@ -42,13 +42,18 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--raw", action="store_true", help="also print iree-profile's statistics as they are")
+    ap.add_argument("--dense-dw", default="as_is", help="a dense dW form of benchmarks/dense_forms.py (A/B)")
     ap.add_argument("--no-phase-dx", action="store_true", help="strided convs' dx on the interior-padded dy (A/B)")
     args = ap.parse_args()
     from lmc.prims.conv import Conv
     Conv.phase_dx = not args.no_phase_dx
     net = infer(load_spec(args.spec, args.sets))
+    text = lower(net, functions="train_step")
+    if args.dense_dw != "as_is":
+        import dense_forms
+        text = dense_forms.variant(text, args.dense_dw)
     with micro.extra_flags(args.flags):
-        c = compile_module(lower(net, functions="train_step"))
+        c = compile_module(text)
     a = abi(net)
     ps, opt, st, x, y = _initial(net, np.random.default_rng(0))
     hp = a.hp_vector(net.spec.train, 1e-4, 1)
