@@ -60,9 +60,14 @@ PEERS = ("jax", "torch", "torch_compile")
 TV_PEERS = ("tv", "tv_cl", "tv_compile", "tv_compile_cl")
 
 
-def lmc_candidate(net):
+def lmc_candidate(net, form: str | None = None):
+    """form: a dense dW rewrite of benchmarks/dense_forms.py (the candidate "lmc+FORM", for A/Bs)."""
     t0 = time.perf_counter()
-    c = compile_module(lower(net))
+    text = lower(net)
+    if form:
+        import dense_forms
+        text = dense_forms.variant(text, form)
+    c = compile_module(text)
     compile_s = time.perf_counter() - t0
     step, _ = stepper(net, Module(c.path))
     return step, {"compile_s": None if c.cached else compile_s}
@@ -98,7 +103,10 @@ def _serve(conn, name: str, spec: str, sets: list[str]):
             os.environ.update(AVX2_ENV)         # before JAX / PyTorch initialise, and before lmc compiles
             name = name[:-len("_avx2")]
         net = infer(load_spec(ROOT / spec, sets))
-        call, info = lmc_candidate(net) if name == "lmc" else peer_candidate(name, net)
+        if name == "lmc" or name.startswith("lmc+"):
+            call, info = lmc_candidate(net, name.partition("+")[2] or None)
+        else:
+            call, info = peer_candidate(name, net)
         first = first_call(call) + (info.get("compile_s") or 0.0)
         conn.send(("ok", first))
     except Exception as e:  # report, don't hide
@@ -316,12 +324,16 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="interleaved rounds timed per net")
     ap.add_argument("--nets", nargs="*", help="subset, by spec stem (mnist_cnn) or path")
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    ap.add_argument("--lmc-forms", nargs="*", default=[],
+                    help="also lmc with the dense dW rewritten (benchmarks/dense_forms.py forms), as candidates lmc+FORM")
+    ap.add_argument("--lmc-only", action="store_true", help="no peers (with --lmc-forms: an lmc-only A/B)")
     ap.add_argument("--avx2", action="store_true",
                     help="also run every candidate restricted to AVX2 (emulates a Zen 3 class CPU's ISA; AVX2_ENV)")
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
     ap.add_argument("--results", type=Path, help="write the results table (Markdown) here")
     args = ap.parse_args()
     which = tuple(p for p in PEERS if not (p == "torch_compile" and args.no_torch_compile))
+    which = tuple(f"lmc+{f}" for f in args.lmc_forms) + (which if not args.lmc_only else ())
     if args.avx2:
         which = which + ("lmc_avx2",) + tuple(p + "_avx2" for p in which)
     rows = []
