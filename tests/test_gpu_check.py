@@ -39,6 +39,12 @@ def test_dry_run_on_llvm_cpu(tmp_path):
     assert "| digits_cnn | 8 | pass |" in md and "2 pass, 0 fail" in md
     assert sorted(p.name for p in (tmp_path / "vmfb").iterdir()) == [
         "digits_cnn.dev.vmfb", "digits_cnn.ref.vmfb", "digits_mlp.dev.vmfb", "digits_mlp.ref.vmfb"]
+    # the run phase alone, from the manifest, past its time budget: every case listed as skipped, exit 1
+    r = subprocess.run([str(ROOT / "benchmarks" / "gpu_check.sh"), "run", "--dir", str(tmp_path), "--budget-s", "0"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert [c["status"] for c in rep["cases"]] == ["skipped (time budget)"] * 2
 
 
 def _fake(n_params=2, seed=0):
