@@ -207,7 +207,7 @@ def _torch_ops() -> dict:
     }
 
 
-def torch_step(net, lr=1e-4, compile=False):
+def torch_step(net, lr=1e-4, compile=False, device="cpu"):
     import torch
     import torch.nn.functional as F
 
@@ -217,8 +217,8 @@ def torch_step(net, lr=1e-4, compile=False):
     a, hp, decay = _recipe(net, lr)
     nc = net.output.type.dims[-1]
     rng = np.random.default_rng(0)
-    params = [torch.tensor((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32), requires_grad=True)
-              for p in g.params]
+    params = [torch.tensor((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32), requires_grad=True,
+                           device=device) for p in g.params]
     pi = {p.name: i for i, p in enumerate(g.params)}
     ops = _torch_ops()
 
@@ -253,9 +253,9 @@ def torch_step(net, lr=1e-4, compile=False):
         opt = torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     else:                   # the registry's reference, in torch, under no_grad
         opt = None
-        state = {"opt": {k: torch.tensor(v) for k, v in zip(a.opt_keys, a.initial_opt())}, "t": 1.0}
-    x = torch.tensor(rng.standard_normal(net.input.dims).astype(np.float32))
-    y = torch.tensor(rng.integers(0, nc, net.batch))
+        state = {"opt": {k: torch.tensor(v, device=device) for k, v in zip(a.opt_keys, a.initial_opt())}, "t": 1.0}
+    x = torch.tensor(rng.standard_normal(net.input.dims).astype(np.float32), device=device)
+    y = torch.tensor(rng.integers(0, nc, net.batch), device=device)
 
     def call():
         if opt is not None:
@@ -274,6 +274,89 @@ def torch_step(net, lr=1e-4, compile=False):
                 for p, w in zip(params, new_p):
                     p.copy_(w)
             state["t"] += 1
+        return float(l.detach())
+
+    return call
+
+
+# ------------------------------------------------------- PyTorch: torchvision's own models
+
+# lmc spec name → torchvision.models constructor: the same architecture (tests/test_layers_counts.py
+# pins the parameter counts to torchvision's), built by torchvision's own code — the model a user
+# would compare against, not one rebuilt from lmc's graph.
+TORCHVISION = {"resnet18": "resnet18"}
+
+
+def _import_torchvision():
+    """torchvision, importable even when its compiled ops do not match this torch.
+
+    The PyPI torchvision wheel is built against the CUDA torch; with the CPU torch wheel its
+    `_C` extension does not load (libc10_cuda.so missing), which torchvision tolerates except
+    for two unguarded `register_fake` calls (nms, qnms) that then fail at import with
+    "operator torchvision::nms does not exist".  Defining those two schemas first lets the
+    pure-Python models import; the models used here call none of the ops."""
+    import torch
+    try:
+        import torchvision
+        return torchvision
+    except RuntimeError as e:
+        if "torchvision::nms" not in str(e):
+            raise
+    import sys
+    for k in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+        del sys.modules[k]
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _import_torchvision.lib = lib          # keep the definitions alive
+    import torchvision
+    return torchvision
+
+
+def torchvision_step(net, lr=1e-4, compile=False, channels_last=False, device="cpu"):
+    """One train step of torchvision's own model for `net` (TORCHVISION), same batch, input
+    size and class count, train mode (BN on batch statistics), F.cross_entropy with the
+    recipe's label smoothing, torch.optim.AdamW with its weight decay — as a user would write
+    it.  channels_last: the model and the batch in NHWC memory format (oneDNN's fast path on
+    CPU, often slower elsewhere).  Refuses a net whose parameter count differs from lmc's."""
+    import torch
+    import torch.nn.functional as F
+
+    tv = _import_torchvision()
+    if net.spec.name not in TORCHVISION:
+        raise NotImplementedError(f"no torchvision model listed for {net.spec.name!r} (peers.TORCHVISION)")
+    a, hp, decay = _recipe(net, lr)
+    names = {o.name for o in a.optimizers.values()}
+    if names != {"adam"}:
+        raise NotImplementedError(f"torchvision peer: AdamW only, the recipe uses {', '.join(sorted(names))}")
+    cfg = net.spec.train
+    nc = net.output.type.dims[-1]
+    torch.manual_seed(0)
+    model = getattr(tv.models, TORCHVISION[net.spec.name])(num_classes=nc)
+    n = sum(p.numel() for p in model.parameters())
+    if n != net.total_params:
+        raise NotImplementedError(f"torchvision {TORCHVISION[net.spec.name]} has {n} parameters, lmc's "
+                                  f"{net.spec.name} {net.total_params}: not the same net")
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(device=device, memory_format=fmt).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay, eps=1e-8)
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.standard_normal(net.input.dims).astype(np.float32), device=device)
+    x = x.contiguous(memory_format=fmt)
+    y = torch.tensor(rng.integers(0, nc, net.batch), device=device)
+
+    def loss_fn(x, y):
+        return F.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
+
+    if compile:
+        torch._dynamo.reset()
+        loss_fn = torch.compile(loss_fn, dynamic=False)
+
+    def call():
+        opt.zero_grad(set_to_none=True)
+        l = loss_fn(x, y)
+        l.backward()
+        opt.step()
         return float(l.detach())
 
     return call

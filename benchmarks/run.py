@@ -55,11 +55,19 @@ NETS = [  # (spec, overrides): the issue's four nets, batch 128, ResNet-18 at CI
     ("specs/tiny_gpt.yaml", ["train.batch_size=32", "train.grad_clip_norm=0"]),
 ]
 PEERS = ("jax", "torch", "torch_compile")
+# torchvision's own model (peers.TORCHVISION: resnet18), eager and torch.compile, each in the
+# default (NCHW) and the channels_last memory format; the faster format of each is reported
+TV_PEERS = ("tv", "tv_cl", "tv_compile", "tv_compile_cl")
 
 
-def lmc_candidate(net):
+def lmc_candidate(net, form: str | None = None):
+    """form: a dense dW rewrite of benchmarks/dense_forms.py (the candidate "lmc+FORM", for A/Bs)."""
     t0 = time.perf_counter()
-    c = compile_module(lower(net))
+    text = lower(net)
+    if form:
+        import dense_forms
+        text = dense_forms.variant(text, form)
+    c = compile_module(text)
     compile_s = time.perf_counter() - t0
     step, _ = stepper(net, Module(c.path))
     return step, {"compile_s": None if c.cached else compile_s}
@@ -68,6 +76,8 @@ def lmc_candidate(net):
 def peer_candidate(name, net):
     if name == "jax":
         return peers.jax_step(net)[0], {}
+    if name in TV_PEERS:
+        return peers.torchvision_step(net, compile="compile" in name, channels_last=name.endswith("_cl")), {}
     return peers.torch_step(net, compile=name == "torch_compile"), {}
 
 
@@ -78,11 +88,25 @@ def first_call(call) -> float:
     return time.perf_counter() - t0
 
 
+# --avx2: each candidate also as "<name>_avx2", restricted to AVX2+FMA (no AVX-512) in its own
+# process — an AVX2 machine's instruction set (Zen 3) emulated on this one: lmc compiles for
+# znver3, XLA caps its ISA, PyTorch's ATen kernels and oneDNN likewise.  Same cores, caches and
+# clocks as the host, so it isolates the instruction set, not a Zen 3 box's memory system.
+AVX2_ENV = {"IREE_EXTRA_FLAGS": "--iree-llvmcpu-target-cpu=znver3", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+            "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
 def _serve(conn, name: str, spec: str, sets: list[str]):
     """A candidate's process: build its step, then run blocks of steps on request."""
     try:
+        if name.endswith("_avx2"):
+            os.environ.update(AVX2_ENV)         # before JAX / PyTorch initialise, and before lmc compiles
+            name = name[:-len("_avx2")]
         net = infer(load_spec(ROOT / spec, sets))
-        call, info = lmc_candidate(net) if name == "lmc" else peer_candidate(name, net)
+        if name == "lmc" or name.startswith("lmc+"):
+            call, info = lmc_candidate(net, name.partition("+")[2] or None)
+        else:
+            call, info = peer_candidate(name, net)
         first = first_call(call) + (info.get("compile_s") or 0.0)
         conn.send(("ok", first))
     except Exception as e:  # report, don't hide
@@ -172,6 +196,8 @@ def measure(cands: dict, steps: int, warmup: int = 2, block_s: float = 0.2, sett
 
 def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> dict:
     net = infer(load_spec(ROOT / spec, sets))
+    if net.spec.name in peers.TORCHVISION:
+        which = which + tuple(p for p in TV_PEERS if "compile" not in p or "torch_compile" in which)
     row = {"net": Path(spec).stem, "batch": net.batch, "errors": {}, "first_call_s": {}, "cpu": {}}
     ctx = mp.get_context("spawn")
     cands = {}
@@ -228,13 +254,41 @@ def ratio(a, b) -> str:
     return "n/a" if a is None or not b else f"{a / b:.2f}"
 
 
+def tv_best(r, compiled: bool):
+    """(ms, format) of the faster memory format of torchvision's model, or (None, None)."""
+    base = "tv_compile" if compiled else "tv"
+    got = [(r[k], f) for k, f in ((base, "NCHW"), (base + "_cl", "channels_last")) if r.get(k)]
+    return min(got) if got else (None, None)
+
+
+def fmt_tv(r, compiled: bool) -> str:
+    base = "tv_compile" if compiled else "tv"
+    if base not in r and base + "_cl" not in r:       # not a torchvision net, or not run
+        return "—"
+    ms, f = tv_best(r, compiled)
+    return "n/a" if ms is None else f"{ms:.1f} ({f})"
+
+
+def _views(r):
+    """The table lines of one net: as run, and with --avx2 the AVX2-restricted candidates."""
+    yield {**r, "label": f"{r['net']} ({r['batch']})"}
+    if "lmc_avx2" in r:
+        v = {k: x for k, x in r.items() if k not in TV_PEERS}
+        v.update({k[:-5]: x for k, x in r.items() if k.endswith("_avx2")})
+        v["cpu"] = {k[:-5]: x for k, x in r["cpu"].items() if k.endswith("_avx2")}
+        yield {**v, "label": f"{r['net']} ({r['batch']}), AVX2"}
+
+
 def table(rows) -> str:
-    lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        torch_best = min([v for v in (r.get("torch"), r.get("torch_compile")) if v], default=None)
-        lines.append(f"| {r['net']} ({r['batch']}) | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
-                     f"{fmt(r.get('torch_compile'))} | {ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
+    lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | torchvision eager ms | "
+             "torchvision compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in (v for row in rows for v in _views(row)):
+        torch_best = min([v for v in (r.get("torch"), r.get("torch_compile"), tv_best(r, False)[0], tv_best(r, True)[0])
+                          if v], default=None)
+        lines.append(f"| {r['label']} | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
+                     f"{fmt(r.get('torch_compile'))} | {fmt_tv(r, False)} | {fmt_tv(r, True)} | "
+                     f"{ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
                      f"{fmt(r['cpu'].get('lmc'))} | {r['load'][0]:.1f}–{r['load'][1]:.1f} |")
     return "\n".join(lines)
 
@@ -249,6 +303,9 @@ def results_md(rows, m, steps) -> str:
            f"JAX {m.get('jax', '?')}, PyTorch {m.get('torch', '?')}",
            "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
            "same batch, same optimizer; state stays on the device between steps in all of them.",
+           "- torchvision columns: PyTorch running torchvision's own model (resnet18, `num_classes=10`) at the same "
+           "batch and resolution, AdamW with the recipe's weight decay, label-smoothed cross-entropy — the model a "
+           "user would write; NCHW and channels_last both timed in the same rounds, the faster shown.",
            "- `load` is the 1-minute load average before–after the measurement (the machine may be shared; "
            "wall times of all candidates are affected alike, `lmc CPU ms` is lmc's process CPU time per step).",
            "", table(rows), ""]
@@ -267,10 +324,18 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="interleaved rounds timed per net")
     ap.add_argument("--nets", nargs="*", help="subset, by spec stem (mnist_cnn) or path")
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    ap.add_argument("--lmc-forms", nargs="*", default=[],
+                    help="also lmc with the dense dW rewritten (benchmarks/dense_forms.py forms), as candidates lmc+FORM")
+    ap.add_argument("--lmc-only", action="store_true", help="no peers (with --lmc-forms: an lmc-only A/B)")
+    ap.add_argument("--avx2", action="store_true",
+                    help="also run every candidate restricted to AVX2 (emulates a Zen 3 class CPU's ISA; AVX2_ENV)")
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
     ap.add_argument("--results", type=Path, help="write the results table (Markdown) here")
     args = ap.parse_args()
     which = tuple(p for p in PEERS if not (p == "torch_compile" and args.no_torch_compile))
+    which = tuple(f"lmc+{f}" for f in args.lmc_forms) + (which if not args.lmc_only else ())
+    if args.avx2:
+        which = which + ("lmc_avx2",) + tuple(p + "_avx2" for p in which)
     rows = []
     for spec, sets in NETS:
         if args.nets and spec not in args.nets and Path(spec).stem not in args.nets:

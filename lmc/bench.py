@@ -43,7 +43,8 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
     """One train step of `m` as a zero-argument callable, state device-resident exactly as
     `lmc train` runs it: each step's outputs are the next step's inputs, the batch and one hp
     vector per step are uploaded beforehand, and the call waits for the step by reading back
-    the loss.  Returns (step, holder); holder["args"] is the current argument list."""
+    the loss.  Returns (step, holder); holder["args"] is the current argument list and
+    holder["loss"] the last step's loss (a float)."""
     ps, opt, st, x, y = _initial(net, np.random.default_rng(seed))
     up = m.upload
     state = [up(a) for a in ps + opt + st]
@@ -56,12 +57,12 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
     from .masks import draw
     data = [up(x), up(y)]
     masks = [up(mk) for mk in draw(a.masks, net.spec.train, seed, 0, 0)]     # dropout / drop path: one draw
-    holder = {"args": state + data + [hps[0]] + masks, "t": 0}
+    holder = {"args": state + data + [hps[0]] + masks, "t": 0, "loss": None}
 
     def step():
         args = holder["args"]
         out = m.train_step(*args)
-        np.asarray(out[-2])            # wait for the step (reads back one scalar)
+        holder["loss"] = float(np.asarray(out[-2]))     # waits for the step (reads back one scalar)
         holder["t"] += 1
         holder["args"] = list(out[:n_state]) + data + [hps[holder["t"] % len(hps)]] + masks
     return step, holder

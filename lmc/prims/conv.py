@@ -68,7 +68,9 @@ class Conv(Prim):
     - otherwise: kw-patches of x in an [H, B, W, C] layout and one matmul per live kernel row
       (see the template's header for the formulas); saves the patches, so the backward does
       not rebuild them.  dx is the same computation on dy with the flipped kernel (stride > 1:
-      dy interior-padded by s − 1), dw is a matmul batched over output rows.
+      s² such convolutions of dy, one per output phase, each with the sub-kernel of the taps
+      that reach it — `_phases`; with dilation, dy interior-padded by s − 1), dw is a matmul
+      batched over output rows.
     benchmarks/NOTES.md has the measurements behind each choice."""
     inputs = ("x",)
     params = ("w",)
@@ -149,11 +151,54 @@ class Conv(Prim):
                   (ekh2 - 1 - hi[0] + rh, ekw2 - 1 - hi[1] + rw), s - 1, g, c, dl)
         assert f["out"] == (oh, ow) and d["out"] == (h, wd), "lmc bug: conv geometry"
         og = o // g
-        return dict(depthwise=False, g=g, f=f, d=d, o=o, ci=ci, kh=kh, kw=kw, i0=i0, i1=i1, j0=j0, j1=j1,
+        ph = self._phases(b, c, h, wd, o, oh, ow, kh2, kw2, s, lo, g) if s > 1 and dl == 1 and self.phase_dx else None
+        return dict(depthwise=False, g=g, f=f, d=d, o=o, ci=ci, kh=kh, kw=kw, i0=i0, i1=i1, j0=j0, j1=j1, ph=ph,
                     wl=_t(o, ci, kh2, kw2).mlir, wg=_t(g, og, ci, kh2, kw2).mlir, yt=_t(b, g, og, oh, ow).mlir,
                     dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwi=_t(g, og, kw2, ci).mlir,
                     dwi1=_t(1, g, og, kw2, ci).mlir, dwc=_t(kh2, g, og, kw2, ci).mlir,
                     dxt=_t(b, g, ci, h, wd).mlir)
+
+    # dx of a strided conv by phase decomposition (the template's header); False: the
+    # convolution of the interior-padded dy (benchmarks/NOTES.md compares the two)
+    phase_dx = True
+
+    @staticmethod
+    def _phases(b, c, h, wd, o, oh, ow, kh, kw, s, lo, g) -> dict:
+        """dx of a stride-s conv (live kernel kh×kw, padding lo of the live conv) as s² stride-1
+        convolutions of the un-dilated dy, one per output phase.  Along one axis, dx row
+        h = s·u + r (residue r) is padded row p = h + lo = s·(u + δ) + t with t = (r + lo) mod s,
+        δ = (r + lo) div s, and gets Σ_m dy[u + δ − m] · w[t + s·m] (m < k_t = #taps ≡ t mod s):
+        a full correlation of dy with the sub-kernel w[t::s] (flipped), dy padded k_t − 1 − δ
+        low and U + δ − oh high (negative = cropped), U = ⌈H/s⌉ rows per phase.  The phases are
+        interleaved ([U, s] → U·s rows) and cropped to H.  Work: the kh·kw taps at H·W/s²
+        positions, not at H·W (the interior-padded dy's zeros)."""
+        U, V = -(-h // s), -(-wd // s)
+        cg = c // g
+
+        def axis(r, k):
+            t, dl = (r + lo[k]) % s, (r + lo[k]) // s
+            n = (kh, kw)[k]
+            kt = len(range(t, n, s))
+            return t, dl, kt
+
+        phases = []
+        for rh in range(s):
+            for rw in range(s):
+                th, dh, kth = axis(rh, 0)
+                tw, dw, ktw = axis(rw, 1)
+                q = dict(live=kth > 0 and ktw > 0, Z=_t(g, U, b, V, cg).mlir, Z7=_t(g, U, 1, b, V, 1, cg).mlir)
+                if q["live"]:
+                    q["d"] = _hbwc(b, o, oh, ow, kth, ktw, 1, (kth - 1 - dh, ktw - 1 - dw), (U + dh - oh, V + dw - ow),
+                                   0, g, c)
+                    assert q["d"]["out"] == (U, V), "lmc bug: conv phase geometry"
+                    q["wslice"] = f"[0:{o}, 0:{cg}, {th}:{kh}:{s}, {tw}:{kw}:{s}]"
+                    q["wq"] = _t(o, cg, kth, ktw).mlir
+                    q["wqg"] = _t(g, o // g, cg, kth, ktw).mlir
+                phases.append(q)
+        return dict(phases=phases, s=s, dyh=_t(oh, b, ow, o).mlir,
+                    row=_t(g, U, 1, b, V, s, cg).mlir, stack=_t(g, U, s, b, V, s, cg).mlir,
+                    full=_t(g, U * s, b, V * s, cg).mlir, dxh=_t(g, h, b, wd, cg).mlir,
+                    hi=f"[0, {h - U * s}, 0, {wd - V * s}, 0]")
 
     @staticmethod
     def reference(xp, x, w, stride, pad, groups):

@@ -1,0 +1,122 @@
+"""Per-dispatch profile of a spec's @train_step on llvm-cpu (issue 15: "a profile per net
+listing the top dispatches"): compiles the module (extra iree-compile flags allowed), writes
+lmc.bench's seed-0 arguments as .npy, runs `iree-benchmark-module` with HAL host-execution
+profiling and prints `iree-profile statistics`' top rows (time per dispatch kind per step).
+
+    python benchmarks/dispatch_profile.py specs/mnist_mlp.yaml [--set train.batch_size=128]
+        [--flags --iree-llvmcpu-target-cpu=znver3] [--reps 20] [--top 12]
+
+Run with glibc's malloc tuned as lmc's runtime does (MALLOC_MMAP_MAX_=0,
+MALLOC_TRIM_THRESHOLD_=...; set here for the child), else first touches of fresh transient
+pages dominate (benchmarks/NOTES.md, session 2)."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import micro                                  # noqa: E402
+from lmc.bench import _initial                 # noqa: E402
+from lmc.compile import compile_module         # noqa: E402
+from lmc.infer import infer                    # noqa: E402
+from lmc.lower import abi, lower               # noqa: E402
+from lmc.masks import draw                     # noqa: E402
+from lmc.spec import load_spec                 # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("spec")
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--flags", nargs="*", default=[])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--raw", action="store_true", help="also print iree-profile's statistics as they are")
+    ap.add_argument("--dense-dw", default="as_is", help="a dense dW form of benchmarks/dense_forms.py (A/B)")
+    ap.add_argument("--no-phase-dx", action="store_true", help="strided convs' dx on the interior-padded dy (A/B)")
+    args = ap.parse_args()
+    from lmc.prims.conv import Conv
+    Conv.phase_dx = not args.no_phase_dx
+    net = infer(load_spec(args.spec, args.sets))
+    text = lower(net, functions="train_step")
+    if args.dense_dw != "as_is":
+        import dense_forms
+        text = dense_forms.variant(text, args.dense_dw)
+    with micro.extra_flags(args.flags):
+        c = compile_module(text)
+    a = abi(net)
+    ps, opt, st, x, y = _initial(net, np.random.default_rng(0))
+    hp = a.hp_vector(net.spec.train, 1e-4, 1)
+    masks = draw(a.masks, net.spec.train, 0, 0, 0)
+    bindir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory() as d:
+        ins = []
+        for i, v in enumerate(ps + opt + st + [x, y, hp] + list(masks)):
+            f = Path(d) / f"a{i}.npy"
+            np.save(f, np.ascontiguousarray(v))
+            ins.append(f"--input=@{f}")
+        prof = Path(d) / "p.ireeprof"
+        env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1)}
+        cmd = [str(bindir / "iree-benchmark-module"), f"--module={c.path}", "--device=local-task",
+               "--function=train_step", "--benchmark_repetitions=1", f"--benchmark_min_time={args.reps}x",
+               "--device_profiling_mode=host-execution", f"--device_profiling_output={prof}", *ins]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(r.stderr[-3000:])
+        print("\n".join(l for l in r.stdout.splitlines() if "train_step" in l))
+        s = subprocess.run([str(bindir / "iree-profile"), "statistics", str(prof)], capture_output=True, text=True)
+        if s.returncode != 0:
+            sys.exit(s.stderr[-3000:])
+        if args.raw:
+            print(s.stdout)
+        summarize(s.stdout, args.top)
+
+
+_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_ROW = re.compile(r"host_execute (\S+_dispatch_\d+_(\S+))\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) ")
+
+
+def _kind(k: str) -> str:
+    """A dispatch name's kind: transposes first (IREE names a fused one `elementwise_transpose_…`)."""
+    for word, kind in (("transpose", "transpose"), ("matmul", "matmul"), ("matvec", "matmul"), ("conv", "conv"),
+                       ("reduction", "reduction"), ("memcpy", "copy"), ("elementwise", "elementwise")):
+        if word in k:
+            return kind
+    return k.split("_")[0]
+
+
+def summarize(text: str, top: int):
+    """Top dispatches by time per step, and the time per kind (matmul, transpose, ...)."""
+    rows = []
+    for m in _ROW.finditer(text):
+        name, kind, count, total, unit = m.groups()
+        rows.append((float(total) * _UNIT[unit], int(count), name, _kind(kind)))
+    if not rows:
+        print("no dispatch rows in the profile")
+        return
+    steps = min(c for _, c, _, _ in rows)          # every dispatch runs at least once per step
+    tot = sum(t for t, _, _, _ in rows)
+    print(f"{len(rows)} dispatches, {sum(c for _, c, _, _ in rows) / steps:.0f} per step, "
+          f"{tot / steps:.2f} ms per step of dispatch time ({steps} steps)")
+    kinds = {}
+    for t, _, _, k in rows:
+        kinds[k] = kinds.get(k, 0.0) + t
+    print("by kind: " + ", ".join(f"{k} {t / steps:.2f} ms ({100 * t / tot:.0f}%)"
+                                  for k, t in sorted(kinds.items(), key=lambda kv: -kv[1])))
+    print(f"| top {top} dispatch | ms per step | share |\n|---|---|---|")
+    for t, c, name, _ in sorted(rows, reverse=True)[:top]:
+        print(f"| `{name.split('_dispatch_', 1)[1]}` ×{c // steps} | {t / steps:.2f} | {100 * t / tot:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
