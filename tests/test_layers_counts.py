@@ -109,7 +109,7 @@ def test_spec_validates(stem):
     assert net.total_params > 0
     assert all(d > 0 for d in net.output.type.dims)
     spec = net.spec
-    if getattr(spec.layers[-1].layer, "train_refusal", None):      # detr_small: inference only, for now
+    if stem == "detr_small":          # inference only: a recipe without COCO-sized data would be a guess
         assert spec.train is None
         return
     assert spec.train is not None and spec.dataset is not None, "every reference spec has a recipe and a dataset"

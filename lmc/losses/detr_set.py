@@ -109,11 +109,13 @@ class DetrSet(Loss):
     def rules(self, cfg, soft_aug):
         out = []
         if soft_aug:
-            out.append(Rule("detr_set (box targets) cannot be combined with mixup/cutmix/knn-mixup", "loss_kind"))
+            on = next(f for f in ("use_mixup", "use_cutmix", "use_knn_mixup") if getattr(cfg, f))
+            out.append(Rule("detr_set (box targets) cannot be combined with mixup/cutmix/knn-mixup", on,
+                            also=("loss_kind",), hint=f"drop {on}"))
         if cfg.label_smoothing != 0.0:
             out.append(Rule("detr_set requires label_smoothing = 0 (DETR's class term is unsmoothed)",
                             "label_smoothing", also=("loss_kind",)))
-        for name in ("use_yolov1", "use_focal", "use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights",
+        for name in ("use_yolov1", "use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights",
                      "yolo_cls_focal_gamma"):
             if getattr(cfg, name):
                 out.append(Rule(f"{name} is a YOLOv1-loss option, but the loss is detr_set", name,
