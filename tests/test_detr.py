@@ -158,6 +158,11 @@ def test_data_refusals():
         with pytest.raises(DataError) as e:
             a.loss.check_data(ds, a.labels, lambda y: a.loss.fit_labels(y, 1, None))
         assert want in str(e.value)
+    # class ids are not box targets: refused before anything reads them as grids
+    from lmc.data import digits
+    a = abi(infer(load_spec("t.yaml", text=_tiny())))
+    with pytest.raises(DataError, match=r"reads single-box grid targets .* got \[1437\]"):
+        a.loss.check_data(digits.load(), a.labels, lambda y: a.loss.fit_labels(y, 1, None))
 
 
 @pytest.mark.iree

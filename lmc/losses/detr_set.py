@@ -173,10 +173,9 @@ class DetrSet(Loss):
         return match(np.asarray(predict()), y, self.nc)
 
     def check_data(self, ds, labels, fit):
-        super().check_data(ds, labels, fit)
         for name in ("y_train", "y_val"):
             y = getattr(ds, name)
-            if y.ndim != 4 or y.shape[1] != YOLO_BOX_CH + self.nc + 1:
+            if y.ndim != 4 or y.dtype != np.float32 or y.shape[1] != YOLO_BOX_CH + self.nc + 1:
                 raise DataError(f"{ds.source(name)}: loss {self.kind} reads single-box grid targets "
                                 f"[N, {YOLO_BOX_CH} + classes + 1, gH, gW] with {self.nc} classes (the net's "
                                 f"detr_heads), got {list(y.shape)}",
@@ -186,6 +185,7 @@ class DetrSet(Loss):
                 raise DataError(f"{ds.source(name)}: an image holds {most} objects, but the net has "
                                 f"{self.queries} queries (each object is matched to its own query)",
                                 hint=f"give transformer_decoder n_queries >= {most}")
+        super().check_data(ds, labels, fit)       # the augmentations that would move the boxes
 
     def draw_labels(self, rng, labels, logits):
         b, q, _ = labels.dims
