@@ -182,3 +182,16 @@ def test_a_tiny_detr_trains_and_is_scored_by_map(tmp_path):
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
     (ev,) = [x for x in recs if x["kind"] == "eval"]
     assert ev["n"] == 500 and 0.0 <= ev["map50"] <= 1.0 and 0.0 <= ev["map"] <= ev["map50"]
+
+
+def test_plot_draws_map():
+    from lmc.plot import _plot_other_evals
+
+    class Ax:
+        labels = []
+
+        def plot(self, x, y, *a, label=None, **k):
+            self.labels.append((label, list(y)))
+    ax = Ax()
+    _plot_other_evals(ax, [{"step": 10, "map50": 0.5, "map": 0.2}, {"step": 20, "map50": 0.6, "map": 0.3}], 10)
+    assert ax.labels == [("val mAP@0.5", [50.0, 60.0]), ("val mAP@[.5:.95]", [20.0, 30.0])]
