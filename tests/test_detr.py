@@ -166,11 +166,20 @@ def test_data_refusals():
 
 
 @pytest.mark.iree
-def test_a_tiny_detr_trains_and_is_scored_by_map(tmp_path):
+def test_a_tiny_detr_trains_and_is_scored_by_map(tmp_path, monkeypatch):
     pytest.importorskip("iree.runtime")
     pytest.importorskip("pycocotools")
     from typer.testing import CliRunner
     from lmc.cli import app
+    from lmc.losses.detr_set import DetrSet
+    calls = []
+    real = DetrSet.prepare_labels
+
+    def spy(self, y, predict):           # the trainer's hook: every step, on that batch's predictions
+        out = real(self, y, predict)
+        calls.append(not np.array_equal(out, y))
+        return out
+    monkeypatch.setattr(DetrSet, "prepare_labels", spy)
     spec = tmp_path / "tiny.yaml"
     spec.write_text(_tiny())
     run = tmp_path / "run"
@@ -179,6 +188,7 @@ def test_a_tiny_detr_trains_and_is_scored_by_map(tmp_path):
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in recs if x["kind"] == "step"]
     assert len(losses) == 60 and all(np.isfinite(losses))
+    assert len(calls) == 60 and any(calls)      # the matching moved objects off their data order
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
     (ev,) = [x for x in recs if x["kind"] == "eval"]
     assert ev["n"] == 500 and 0.0 <= ev["map50"] <= 1.0 and 0.0 <= ev["map"] <= ev["map50"]
