@@ -113,10 +113,10 @@ def main():
     if a.worker:
         return worker(a.worker, a.floats, a.iters)
     engines = ["mpi", "mpi-lmc"]
-    try:
-        import torch.distributed  # noqa: F401
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
         engines.append("gloo")
-    except ImportError:
+    else:
         print("torch is not installed: no gloo column (pip install 'lmc[bench]')")
     got = {e: [] for e in engines}
     load0 = os.getloadavg()[0]

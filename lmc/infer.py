@@ -177,13 +177,6 @@ def check_recipe_fits(net: TypedNet) -> None:
     s = net.spec
     if s.train is None:
         return
-    # a head whose loss lmc does not have yet (DETR's set matching) lowers for @forward only
-    last = s.layers[-1]
-    refusal = getattr(last.layer, "train_refusal", None)
-    if refusal:
-        from .errors import NotImplementedKind
-        raise NotImplementedKind(f"not implemented yet: {refusal} (layer {len(s.layers) - 1})", last.loc,
-                                 hint="`lmc render --function forward` lowers the inference graph")
     from .config import check_against_net
     check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
                       output_dims=net.output.type.dims, dataset=s.dataset)

@@ -34,13 +34,18 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def _plot_other_evals(ax, evals, bpe):
-    """The metrics of lmc/metrics.py: segmentation (val mIoU and pixel accuracy, %) or regression
-    (val PSNR, dB)."""
+    """The metrics of lmc/metrics.py: segmentation (val mIoU and pixel accuracy, %), detection
+    (val mAP@0.5 and mAP@[.5:.95], %) or regression (val PSNR, dB)."""
     seg = [r for r in evals if r.get("miou") is not None]
     if seg:
         x = [r["step"] / bpe for r in seg]
         ax.plot(x, [100 * r["miou"] for r in seg], "s-", ms=4, label="val mIoU")
         ax.plot(x, [100 * r["pixel_acc"] for r in seg], "^--", ms=4, label="val pixel acc")
+    det = [r for r in evals if r.get("map50") is not None]
+    if det:
+        x = [r["step"] / bpe for r in det]
+        ax.plot(x, [100 * r["map50"] for r in det], "s-", ms=4, label="val mAP@0.5")
+        ax.plot(x, [100 * r["map"] for r in det], "^--", ms=4, label="val mAP@[.5:.95]")
     reg = [r for r in evals if r.get("psnr") is not None]
     if reg:
         ax.plot([r["step"] / bpe for r in reg], [r["psnr"] for r in reg], "s-", ms=4, label="val PSNR")

@@ -784,7 +784,10 @@ class Trainer:
                     for x, y in it:
                         self.step += 1
                         lr = self.lr_at(self.step)
-                        loss_d, corr_d = step_fn(self.noised(x), y, lr)
+                        x = self.noised(x)
+                        if self.abi.loss.host_labels:     # labels made from this batch's predictions (DETR's matching)
+                            y = self.abi.loss.prepare_labels(y, lambda: self.module.forward(*self.P, *self.S, x))
+                        loss_d, corr_d = step_fn(x, y, lr)
                         if self.caps and self.step % cfg.spectral_every == 0:
                             self.project()
                         self.pending.append((self.step, e, self.batch, lr, loss_d, corr_d))

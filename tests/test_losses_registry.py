@@ -20,6 +20,8 @@ LMC = Path(__file__).resolve().parent.parent / "lmc"
 SEED = [("classCE", None), ("softLabelCE", None), ("perPixelCE", None), ("perPixelDice", None),
         ("perPixelDiceCE", None), ("perPixelWeightedCE", {"weights": [1, 2, 3]}),
         ("perPixelFocalCE", {"gamma": 2}), ("floatTargetMse", None), ("yolov1Masked", None), ("bce", None)]
+# lmc's additions after the seed's kinds (beyond the seed: DETR's set loss for detr_heads)
+ADDED = ["detr_set"]
 
 
 @pytest.mark.parametrize("seed, args", SEED, ids=[s for s, _ in SEED])
@@ -33,7 +35,7 @@ def test_every_seed_kind_parses_to_its_module(seed, args):
 
 def test_the_registry_is_the_seed_list_in_the_seed_order():
     from lmc.fields import snake
-    assert list(all_losses()) == [snake(s) for s, _ in SEED]
+    assert list(all_losses()) == [snake(s) for s, _ in SEED] + ADDED
 
 
 @pytest.mark.parametrize("name", list(all_losses()))
@@ -60,6 +62,8 @@ def test_declared_label_abis():
     assert all_losses()["float_target_mse"](LossKind("float_target_mse")).labels(seg) == seg
     # the grid target with the cell mask packed as its last channel
     assert all_losses()["yolov1_masked"](LossKind("yolov1_masked")).labels(f32(2, 13, 5, 7)) == f32(2, 14, 5, 7)
+    # per query: class id, box cx cy w h, match mask
+    assert all_losses()["detr_set"](LossKind("detr_set")).labels(f32(2, 7, 9)) == f32(2, 7, 6)
 
 
 def _effective_loss_lines() -> set[int]:

@@ -737,9 +737,9 @@ def test_loss_kind_parameters():
 @pytest.mark.parametrize("value, message", [
     ("cross_entropy", "k: unknown loss kind 'cross_entropy'; expected one of class_ce, soft_label_ce, per_pixel_ce, "
                       "per_pixel_dice, per_pixel_dice_ce, per_pixel_weighted_ce, per_pixel_focal_ce, "
-                      "float_target_mse, yolov1_masked, bce"),
+                      "float_target_mse, yolov1_masked, bce, detr_set"),
     (3, "k: expected a loss kind (class_ce, soft_label_ce, per_pixel_ce, per_pixel_dice, per_pixel_dice_ce, "
-        "per_pixel_weighted_ce, per_pixel_focal_ce, float_target_mse, yolov1_masked, bce), got 3"),
+        "per_pixel_weighted_ce, per_pixel_focal_ce, float_target_mse, yolov1_masked, bce, detr_set), got 3"),
     ({"per_pixel_weighted_ce": None}, "k: per_pixel_weighted_ce needs `weights: [w0, w1, ...]`"),
     ({"per_pixel_weighted_ce": {"weights": []}}, "k.weights: expected a non-empty list of positive numbers, got []"),
     ({"per_pixel_weighted_ce": {"weights": [1, 0]}}, "k.weights: expected a non-empty list of positive numbers, got [1.0, 0.0]"),

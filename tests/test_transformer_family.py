@@ -164,15 +164,18 @@ train: {learning_rate: 0.1, batch_size: 2, epochs: 1}
 """
 
 
-def test_detr_heads_lower_for_inference_but_refuse_training():
-    from lmc.errors import NotImplementedKind
+def test_detr_heads_train_with_the_set_loss_only():
+    from lmc.errors import SpecError
     from lmc.infer import check_recipe_fits
     from lmc.lower import lower
     net = infer(load_spec("d.yaml", text=DETR))
     assert "@forward" in lower(net, "forward")
-    for fn in (lambda: check_recipe_fits(net), lambda: lower(net, "train_step")):
-        with pytest.raises(NotImplementedKind, match="detr_heads as the net's output needs DETR's set-matching"):
-            fn()
+    # the default loss (class_ce) needs [batch, classes]: refused at loss_kind, naming the output
+    with pytest.raises(SpecError, match=r"class_ce needs logits \[batch, classes\], but the net's output is \[2, 3, 8\]"):
+        check_recipe_fits(net)
+    net = infer(load_spec("d.yaml", text=DETR.replace("epochs: 1}", "epochs: 1, loss_kind: detr_set}")))
+    text = lower(net, "train_step")
+    assert "@train_step" in text and "@detr_set_" in text
 
 
 # bf16 tolerance against float64 JAX: operands rounded to 8 mantissa bits (relative 2⁻⁹ ≈ 2e-3

@@ -50,15 +50,13 @@ class TransformerDecoder(Layer):
 class DetrHeads(Layer):
     """DETR prediction heads per query: class logits dim → n_classes + 1 (the last is "no
     object") and a box MLP dim → dim → dim → 4 (relu, relu, sigmoid: cx, cy, w, h), concatenated
-    → [B, Q, n_classes + 5].
+    → [B, Q, n_classes + 5], the layout DETR's set loss reads (lmc/losses: Hungarian matching
+    on the host, class CE + L1 + GIoU in the graph).
     Params: class.weight [dim,n_classes+1], class.bias, box.fc1 [dim,dim] + bias, box.fc2
     [dim,dim] + bias, box.fc3 [dim,4] + bias.  Assumptions: input [B, Q, dim] decoder output."""
     dim: int
     n_classes: int
     examples: ClassVar = [(dict(dim=8, n_classes=3), TensorType((2, 5, 8)))]
-    # as a net's output the heads need DETR's loss (Hungarian matching + CE + L1 + GIoU), which
-    # belongs to the loss registry; a per-query stand-in would train something else, so refused
-    train_refusal: ClassVar = "training detr_heads as the net's output needs DETR's set-matching loss"
 
     def build(self, g, x, net):
         b, q, d = tokens(x.type, self.dim)

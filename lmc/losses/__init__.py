@@ -4,7 +4,8 @@ about it — its parameters (`{gamma: 2}`), the label format it consumes, which 
 combines with (`rules`), the net output it needs (`check_output`), the label tensor it takes
 given the net's output, its template context, the runtime hyperparameters it reads (they become
 entries of the hp vector), what it counts as `correct`, the labels the data pipeline must hand
-it, and a float64 reference written against an array namespace `xp` (NumPy or jax.numpy, like
+it (and, for a loss whose labels depend on the predictions, the host-side step that makes them:
+`prepare_labels`), and a float64 reference written against an array namespace `xp` (NumPy or jax.numpy, like
 `Prim.reference`; a term the hand-derived gradient treats as a constant is wrapped in
 `detach(xp, v)`, which is `xp.stop_gradient` where the namespace has one — the test oracle's
 jax.numpy gets it from tests/conftest.py, so lmc itself never imports JAX).  Its template `templates/losses/<name>.mlir.j2` holds one function:
@@ -108,6 +109,9 @@ class Loss:
     # the oracle's default run crosses this loss's first example with every optimizer (the
     # classifier losses); other loss cases meet one optimizer each, the rest under -m slow
     oracle_grid: ClassVar[bool] = False
+    # the step's labels need the net's current predictions (prepare_labels: DETR's matching);
+    # the trainer then runs @forward on each batch and hands its outputs over
+    host_labels: ClassVar[bool] = False
 
     @staticmethod
     def oracle_head(out: TensorType, nc: int) -> list | None:
@@ -193,6 +197,12 @@ class Loss:
     def fit_labels(self, y: np.ndarray, num_classes: int, cfg) -> np.ndarray:
         """Labels as the data pipeline delivers them (int class ids [N]) → this loss's labels."""
         raise NotImplementedError
+
+    def prepare_labels(self, y: np.ndarray, predict: Callable[[], np.ndarray]) -> np.ndarray:
+        """The step's labels from the batch's fitted labels `y`, where `host_labels` says they
+        depend on the predictions: `predict()` runs @forward on the batch (the same x the step
+        takes) and returns the net's output.  The default: y as is."""
+        return y
 
     def check_data(self, ds, labels: TensorType, fit) -> None:
         """Refuse a dataset whose labels, fitted (`fit`), are not the step's label tensor
