@@ -1,6 +1,6 @@
 """Box lists for the FPN detector path: the dataset's YOLO grid targets → per-image box lists →
 (box-aware affine augmentation, `fpn_affine_*`) → the flat multi-scale anchor target of
-`yolov1_masked` with `fpn_scales` (losses.md §7).
+the YOLO loss with `fpn_scales` (losses.md §7).
 
 A box list is float32 [N, MAX_BOXES, 5]: (class, cx, cy, w, h) in image units [0, 1], rows with
 class −1 unused.  The grid targets of the single-box layout ([N, 11 + K, g, g]: box0 x, y in the
@@ -50,7 +50,7 @@ def shape_iou(w, h, aw, ah):
 
 def encode_fpn(boxes: np.ndarray, slots, num_classes: int) -> tuple[np.ndarray, int]:
     """Box lists [N, M, 5] → the flat multi-scale target [N, Σ A·S·g²] of `slots`
-    (YoloV1Masked.fpn_slots: per scale (offset, size, grid, anchors, slot size S = 5 + K)), and
+    (the YOLO loss's fpn_slots: per scale (offset, size, grid, anchors, slot size S = 5 + K)), and
     the number of boxes dropped for want of a free slot."""
     n = len(boxes)
     total = sum(sz for _, sz, _, _, _ in slots)
