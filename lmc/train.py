@@ -259,8 +259,9 @@ class Trainer:
         cfg, loss = self.cfg, self.abi.loss
         why = []
         if not loss.batch_mean:
-            why.append(f"loss {loss.kind}: its batch value is not a mean of per-example terms (a ratio or a "
-                       f"batch-wide Dice), so the mean of the ranks' gradients is not the global batch's")
+            why.append(f"loss {loss.kind}: its batch value is not a mean of per-example terms (a ratio over the "
+                       f"batch, or a batch-wide statistic), so the mean of the ranks' gradients is not the global "
+                       f"batch's")
         if cfg.fp8.value != "off":
             why.append("train.fp8 (the projected step is the fused @train_step)")
         if why:
