@@ -193,7 +193,31 @@ def _torch_ops() -> dict:
         ph, pw = _pool_pads(ins[0].shape[2:], a)
         return F.max_pool2d(F.pad(ins[0], (pw[0], pw[1], ph[0], ph[1]), value=float("-inf")), a["size"], a["stride"])
 
+    def layer_norm(ins, ps, a):
+        x, ax = ins[0], a["axis"] % ins[0].ndim
+        shape = [1] * x.ndim
+        shape[ax] = -1
+        mu = x.mean(ax, keepdim=True)
+        var = ((x - mu) ** 2).mean(ax, keepdim=True)
+        return (x - mu) * torch.rsqrt(var + 1e-5) * ps[0].reshape(shape) + ps[1].reshape(shape)
+
+    def softmax(ins, ps, a):
+        s = ins[0] * a["scale"]
+        if a["causal"]:
+            n = s.shape[-1]
+            s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+        return torch.softmax(s, -1)
+
     return {
+        # the transformer primitives (lmc/prims/tensor.py, attention.py, norm.py: same semantics)
+        "transpose": lambda ins, ps, a: ins[0].permute(*a["perm"]),
+        "broadcast": lambda ins, ps, a: (ins + ps)[0].expand(*a["dims"]),
+        "concat": lambda ins, ps, a: torch.cat(ins, a["axis"]),
+        "slice": lambda ins, ps, a: ins[0][tuple(slice(b, e) for b, e in zip(a["start"], a["limit"]))],
+        "layer_norm": layer_norm,
+        "linear": lambda ins, ps, a: ins[0] @ ps[0] + ps[1] if len(ps) > 1 else ins[0] @ ps[0],
+        "matmul": lambda ins, ps, a: torch.matmul(ins[0], ins[1]),
+        "softmax": softmax,
         "conv": conv,
         "batch_norm": lambda ins, ps, a: F.batch_norm(ins[0], None, None, ps[0], ps[1], training=True, eps=1e-5),
         "act": lambda ins, ps, a: acts[a["kind"]](ins[0]),
