@@ -128,9 +128,9 @@ class Mpi:
         MPI = self.MPI
         sizes = [int(np.prod(a.shape)) for a in arrays]
         total = sum(sizes)
-        if self._buf is None or self._buf.size != total:
-            self._buf = np.empty(total, np.float32)
-        buf = self._buf
+        if total and (self._buf is None or self._buf.size != total):
+            self._buf = np.empty(total, np.float32)     # kept: the next update reuses it
+        buf = self._buf if total else np.empty(0, np.float32)
         reqs, start, off = [], 0, 0
         per = max(1, BUCKET_BYTES // 4)
         for a, n in zip(arrays, sizes):
