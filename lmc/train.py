@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -377,7 +378,6 @@ class Trainer:
         self.metrics = (_Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
                                  self.opts.tensorboard) if self.world.rank == 0 else _NoMetrics())
         # data-parallel: which process is which rank (`lmc train --nproc` names a dead one by it)
-        import os
         dp = {"pids": self.world.allgather(os.getpid())} if self.world.size > 1 else {}
         if self.resumed is None:
             self.metrics.write(kind="header", time=_now(), spec=net.spec.file, name=net.spec.name, **dp,
@@ -394,7 +394,6 @@ class Trainer:
     # ------------------------------------------------------------------ averaged / accumulated weights
     def _device(self) -> str | None:
         """This rank's device of --devices (LMC_DEVICES, one per local rank), else the default."""
-        import os
         devs = [d for d in os.environ.get("LMC_DEVICES", "").split(",") if d]
         if not devs:
             return None
@@ -691,24 +690,11 @@ class Trainer:
 
     def _micro_step(self, x, y, lr):
         """Micro-batch `self.step` of a k-cycle: add its gradient into G; after the k-th, apply
-        the update (t = the update's number) and zero G."""
-        k = self.abi.accum
-        hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
-        nP, nS = len(self.P), len(self.S)
-        out = self.module.grad_step(*self.P, *self.S, *self.G, x, y, hp, *self.step_masks())
-        self.G, self.S = out[:nP], out[nP:nP + nS]
-        if self.step % k == 0:
-            nO, nE = len(self.O), len(self.E)
-            res = self.module.apply_step(*self.P, *self.O, *self.E, *self.G, hp)
-            self.P, self.O = res[:nP], res[nP:nP + nO]
-            self.E, self.G = res[nP + nO:nP + nO + nE], res[nP + nO + nE:]
-        return out[-2], out[-1]
-
-    def _dist_step(self, x, y, lr):
-        """One data-parallel micro-batch: @grad_step on this rank's slice of the global batch;
-        at the k-th, the accumulators summed over the ranks (one bucketed all-reduce, with the
-        loss, the correct count and the stop flag riding along) and @apply_step on the sums
-        (grad_scale 1/(k·ranks)).  Returns the global batch's mean loss and correct count."""
+        the update (t = the update's number) and zero G.  Data-parallel ranks: the micro-batch is
+        this rank's slice of the global batch, and every micro-step ends in one all-reduce —
+        of the accumulators (bucketed) before an update, with the loss, the correct count and
+        the stop flag riding along — so @apply_step (grad_scale 1/(k·ranks)) sees the global
+        sum.  Returns the (global batch's) loss and correct count."""
         from .dist import check_same, shard
         w, k = self.world, self.abi.accum
         hp = self.abi.hp_vector(self.cfg, lr, -(-self.step // k))
@@ -716,22 +702,25 @@ class Trainer:
         out = self.module.grad_step(*self.P, *self.S, *self.G, shard(x, w.rank, w.size), shard(y, w.rank, w.size),
                                     hp, *self.step_masks())
         self.G, self.S = out[:nP], out[nP:nP + nS]
-        extra = np.array([_scalar(out[-2]), _scalar(out[-1]), float(self._sigint)])
-        w.step = self.step
-        if self.step % k == 0:
-            G, ext = w.sum_buffers(self.G, extra)
-            up = self.module.upload
+        loss, correct = out[-2], out[-1]
+        update = self.step % k == 0
+        G = self.G
+        if w.size > 1:
+            w.step = self.step
+            summed, ext = w.sum_buffers(self.G if update else [],
+                                        np.array([_scalar(loss), _scalar(correct), float(self._sigint)]))
+            G = [self.module.upload(g) for g in summed]
+            loss, correct = ext[0] / w.size, ext[1]
+            if ext[2] > 0:
+                self.stop_requested = True
+        if update:
             nO, nE = len(self.O), len(self.E)
-            res = self.module.apply_step(*self.P, *self.O, *self.E, *[up(g) for g in G], hp)
+            res = self.module.apply_step(*self.P, *self.O, *self.E, *G, hp)
             self.P, self.O = res[:nP], res[nP:nP + nO]
             self.E, self.G = res[nP + nO:nP + nO + nE], res[nP + nO + nE:]
-            if self.step % CHECK_EVERY == 0:
+            if w.size > 1 and self.step % CHECK_EVERY == 0:
                 check_same(w, "parameters", _to_host(self.P), self.step)
-        else:
-            _, ext = w.sum_buffers([], extra)
-        if ext[2] > 0:
-            self.stop_requested = True
-        return ext[0] / w.size, ext[1]
+        return loss, correct
 
     def _on_sigint(self, signum, frame):
         if self.stop_requested or self._sigint:    # a second Ctrl-C: stop at once, no checkpoint
@@ -753,9 +742,7 @@ class Trainer:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeRemainingColumn)
         cfg = self.cfg
-        step_fn = self._micro_step if self.abi.accum > 1 else self._fused_step
-        if self.world.size > 1:
-            step_fn = self._dist_step
+        step_fn = self._micro_step if self.abi.split else self._fused_step
         if cfg.fp8.value != "off":
             step_fn = self._fp8_step
         console = self.console
