@@ -58,27 +58,9 @@ def launched_rank() -> int:
 
 
 class Single:
-    """One process: the identity of every collective."""
+    """One process: rank 0 of 1 (the trainer calls no collective then)."""
     rank, size, local_rank, local_size = 0, 1, 0, 1
     reduce_seconds = 0.0
-
-    def sum_buffers(self, arrays, extra):
-        return arrays, extra
-
-    def allgather(self, obj):
-        return [obj]
-
-    def mean_arrays(self, arrays):
-        return arrays
-
-    def bcast(self, obj):
-        return obj
-
-    def barrier(self):
-        pass
-
-    def abort(self, code: int = 1):
-        pass
 
 
 class Mpi:
@@ -173,12 +155,6 @@ class Mpi:
         self._wait([self.comm.Iallgatherv([data, MPI.BYTE], [out, (lens, offs), MPI.BYTE])], "gather")
         return [pickle.loads(out[o:o + k].tobytes()) for o, k in zip(offs, lens)]
 
-    def bcast(self, obj):
-        """Rank 0's `obj` on every rank."""
-        return self.allgather(obj if self.rank == 0 else None)[0]
-
-    def barrier(self):
-        self._wait([self.comm.Ibarrier()], "barrier")
 
 
 def current(timeout: float | None = None):
