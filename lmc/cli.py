@@ -271,7 +271,7 @@ def train(spec: SpecArg,
           tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
           devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
-          dist_timeout: Annotated[float, typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs).")] = 300.0,
+          dist_timeout: Annotated[Optional[float], typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs); default 300.")] = None,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
@@ -287,7 +287,10 @@ def train(spec: SpecArg,
             if world > 1 and nproc not in (1, world):
                 raise LmcError(f"--nproc {nproc}, but the launcher started {world} ranks",
                                hint="under mpiexec/mpirun leave --nproc out (the launcher's -n decides)")
-            if dist_timeout <= 0:
+            if world == 1 and nproc == 1 and (devices or dist_timeout is not None):
+                raise LmcError(f"{'--devices' if devices else '--dist-timeout'} acts on data-parallel ranks, and this "
+                               f"run has one process", hint="add --nproc N (or start the ranks with mpiexec)")
+            if dist_timeout is not None and dist_timeout <= 0:
                 raise LmcError(f"--dist-timeout must be positive, got {dist_timeout:g}")
             net = _load(spec, sets)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,

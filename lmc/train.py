@@ -397,6 +397,9 @@ class Trainer:
         devs = [d for d in os.environ.get("LMC_DEVICES", "").split(",") if d]
         if not devs:
             return None
+        if self.backend == "llvm-cpu":
+            raise TrainError("--devices names GPU devices; on llvm-cpu the ranks share the machine's cores",
+                             hint="drop --devices, or train with --backend cuda/rocm")
         w = self.world
         if w.local_rank >= len(devs):
             raise TrainError(f"--devices {','.join(devs)}: {len(devs)} device(s) for {w.local_size} ranks on this machine",

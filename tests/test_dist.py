@@ -293,3 +293,11 @@ def test_nproc_under_a_launcher_must_match(tmp_path):
                        timeout=120)
     assert r.returncode != 0
     assert "--nproc 3, but the launcher started 2 ranks" in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [(["--dist-timeout", 5], "--dist-timeout acts on data-parallel ranks"),
+                                      (["--devices", "0,1"], "--devices acts on data-parallel ranks"),
+                                      (["--nproc", 2, "--devices", "0,1"], "--devices names GPU devices")])
+def test_data_parallel_options_are_refused_where_they_do_nothing(tmp_path, args, msg):
+    r = lmc_cli("train", MLP, "--steps", 1, *args, "--out", tmp_path / "r", timeout=120)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr[-2000:]
