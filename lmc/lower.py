@@ -34,6 +34,7 @@ from .config import effective_loss
 from .errors import NotImplementedKind, SpecError
 from .graph import Node
 from .infer import TypedNet, check_recipe_fits, train_net
+from .layout import place
 from .losses import Loss, make_loss
 from .optim import GLOBAL_HP, Optimizer, assign, selection
 from .render import render_prim, render_template, sig
@@ -209,6 +210,7 @@ class _Emitter:
         # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision)
         self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
+        self.placed: dict[int, tuple] = {}   # id(graph) → _placed's (graph, output)
         self.lines: list[str] = []
         self.n = 0
 
@@ -321,8 +323,17 @@ def _prim_for(node: Node, forms: dict):
     return node.prim
 
 
+def _placed(net: TypedNet, em: _Emitter):
+    """(graph, output) with the lowering's spellings and activation layouts (lmc/layout.py):
+    what the forward and reverse walks visit."""
+    key = id(net.graph)
+    if key not in em.placed:
+        em.placed[key] = place(net.graph, net.output, lambda n: _prim_for(n, em.forms))
+    return em.placed[key]
+
+
 def _rendered(em: _Emitter, node: Node):
-    prim = _prim_for(node, em.forms)
+    prim = node.prim
     extra = {"bf16": True} if em.bf16 and prim.mixed_precision else None
     r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
@@ -331,7 +342,7 @@ def _rendered(em: _Emitter, node: Node):
 
 def _forward(net: TypedNet, em: _Emitter) -> str:
     em.lines = []
-    g = net.graph
+    g, out = _placed(net, em)
     pname = {p.name: f"%p{i}" for i, p in enumerate(g.params)}
     sname = {s.name: f"%s{i}" for i, s in enumerate(g.state)}
     args = [f"{pname[p.name]}: {p.type.mlir}" for p in g.params] + \
@@ -347,7 +358,6 @@ def _forward(net: TypedNet, em: _Emitter) -> str:
             outs = [node.out.type.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
             res = em.call(r.fwd, ins, outs, loc)
         val[node.out.id] = res[0]
-    out = net.output
     body = "\n".join(em.lines)
     return (f"  func.func @forward({', '.join(args)}) -> {out.type.mlir} {{\n{body}\n"
             f"    return {val[out.id]} : {out.type.mlir}\n  }}")
@@ -424,7 +434,7 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
     new state: state name → SSA, (loss, correct)); with `dx` a list, the cotangents reaching
     the network input are appended to it (else the first layers' dx are dropped).  The masks
     are the function's %m arguments, except under `dx` (@input_grad: all ones, the eval net)."""
-    g = net.graph
+    g, out = _placed(net, em)
     masks = _ones(em, g.masks) if dx is not None else {m.value.id: f"%m{i}" for i, m in enumerate(g.masks)}
     val = {g.x.id: "%x", **masks}
     saved, stats = {}, {}
@@ -440,7 +450,6 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
     loss = a.loss
     lctx = {"logits": a.logits.mlir, "labels": a.labels.mlir, **loss.context(a.logits, a.labels)}
     lsym = _template(em, f"losses/{loss.name}.mlir.j2", loss.name, lctx, f"loss {loss.name}")
-    out = net.output
     lres = em.call(lsym, [(val[out.id], out.type.mlir), ("%labels", a.labels.mlir)] +
                    [(hp_ssa(h), SCALAR) for h in loss.hp], [SCALAR, out.type.mlir, SCALAR])
     # backward: reverse walk, summing cotangents where a value fans out
@@ -641,45 +650,76 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
     """A module exposing one primitive for the oracle tests:
     @forward(ins..., ps...) -> y ;  @vjp(dy, ins..., ps...) -> (d_ins..., d_ps...);
     for primitives with batch statistics, @stats(ins..., ps...) -> (stats...); and for those
-    with an eval function (batch norm), @eval(ins..., ps..., state...) -> y."""
+    with an eval function (batch norm), @eval(ins..., ps..., state...) -> y.
+    Its functions take and return NCHW whatever the primitive's layout: an HBWC form
+    (prim.layout) gets its 4-D inputs, output and cotangents transposed at the edges."""
+    from .layout import TO_HBWC, TO_NCHW, physical
     out, _ = prim.infer(ins, ps)
-    r = render_prim(prim, ins, ps, out)
+    lay = prim.layout
+    pins, pout = [physical(t, lay) for t in ins], physical(out, lay)
+    r = render_prim(prim, pins, ps, pout)
     a = [f"%i{k}: {t.mlir}" for k, t in enumerate(ins)] + [f"%q{k}: {t.mlir}" for k, t in enumerate(ps)]
-    names = [f"%i{k}" for k in range(len(ins))] + [f"%q{k}" for k in range(len(ps))]
-    types = [t.mlir for t in ins] + [t.mlir for t in ps]
-    fouts = [out.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
+    edge = []           # the inputs in the primitive's layout
+
+    def conv(v, t, pt, perm, name):
+        if t == pt:
+            return v
+        edge.append(f"    {name} = stablehlo.transpose {v}, dims = {list(perm)} : ({t.mlir}) -> {pt.mlir}")
+        return name
+    names = [conv(f"%i{k}", t, pt, TO_HBWC, f"%ip{k}") for k, (t, pt) in enumerate(zip(ins, pins))] + \
+            [f"%q{k}" for k in range(len(ps))]
+    types = [t.mlir for t in pins] + [t.mlir for t in ps]
+    fouts = [pout.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
     call_f = (f"    %f:{len(fouts)} = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> ({', '.join(fouts)})"
               if len(fouts) > 1 else
-              f"    %f0 = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> {out.mlir}")
+              f"    %f0 = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> {pout.mlir}")
     y = "%f#0" if len(fouts) > 1 else "%f0"
+    y_edge = []
+    if pout != out:
+        y_edge = [f"    %yl = stablehlo.transpose {y}, dims = {list(TO_NCHW)} : ({pout.mlir}) -> {out.mlir}"]
+        y = "%yl"
+    dy_edge = []
+    dy = "%dy"
+    if pout != out:
+        dy_edge = [f"    %dyp = stablehlo.transpose %dy, dims = {list(TO_HBWC)} : ({out.mlir}) -> {pout.mlir}"]
+        dy = "%dyp"
     saved = [f"%f#{1 + k}" for k in range(len(r.saved))]
-    bargs = ["%dy"] + saved + [f"%q{k}" for k in range(len(ps))]
-    btypes = [out.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in ps]
+    bargs = [dy] + saved + [f"%q{k}" for k in range(len(ps))]
+    btypes = [pout.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in ps]
+    pbouts = [t.mlir for t in pins] + [t.mlir for t in ps]
     bouts = [t.mlir for t in ins] + [t.mlir for t in ps]
     nb = len(bouts)
-    call_b = (f"    %g:{nb} = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> ({', '.join(bouts)})"
-              if nb > 1 else f"    %g0 = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> {bouts[0]}")
+    call_b = (f"    %g:{nb} = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> ({', '.join(pbouts)})"
+              if nb > 1 else f"    %g0 = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> {pbouts[0]}")
     gouts = [f"%g#{k}" for k in range(nb)] if nb > 1 else ["%g0"]
+    g_edge = []
+    for k, (t, pt) in enumerate(zip(ins, pins)):
+        if t != pt:
+            g_edge.append(f"    %gl{k} = stablehlo.transpose {gouts[k]}, dims = {list(TO_NCHW)} : ({pt.mlir}) -> {t.mlir}")
+            gouts[k] = f"%gl{k}"
     statsf = []
     if r.stats:
         touts = [t.mlir for t in r.stats]
-        statsf = [f"  func.func @stats({', '.join(a)}) -> ({', '.join(touts)}) {{", call_f,
+        statsf = [f"  func.func @stats({', '.join(a)}) -> ({', '.join(touts)}) {{", *edge, call_f,
                   f"    return {', '.join(f'%f#{1 + len(r.saved) + k}' for k in range(len(r.stats)))} : "
                   f"{', '.join(touts)}", "  }"]
     evalf = []
     if r.eval:
-        state = prim.state(ins, ps, out)
+        state = prim.state(pins, ps, pout)
         st = [f"%st{k}: {t.mlir}" for k, t in enumerate(state)]
         enames = names + [f"%st{k}" for k in range(len(state))]
         etypes = types + [t.mlir for t in state]
-        evalf = [f"  func.func @eval({', '.join(a + st)}) -> {out.mlir} {{",
-                 f"    %e = func.call @{r.eval}({', '.join(enames)}) : ({', '.join(etypes)}) -> {out.mlir}",
-                 f"    return %e : {out.mlir}", "  }"]
+        e_edge = [f"    %el = stablehlo.transpose %e, dims = {list(TO_NCHW)} : ({pout.mlir}) -> {out.mlir}"] \
+            if pout != out else []
+        evalf = [f"  func.func @eval({', '.join(a + st)}) -> {out.mlir} {{", *edge,
+                 f"    %e = func.call @{r.eval}({', '.join(enames)}) : ({', '.join(etypes)}) -> {pout.mlir}",
+                 *e_edge, f"    return {'%el' if e_edge else '%e'} : {out.mlir}", "  }"]
     return "\n".join([
         "module @model {", r.text,
-        f"  func.func @forward({', '.join(a)}) -> {out.mlir} {{", call_f, f"    return {y} : {out.mlir}", "  }",
-        f"  func.func @vjp(%dy: {out.mlir}, {', '.join(a)}) -> ({', '.join(bouts)}) {{", call_f, call_b,
-        f"    return {', '.join(gouts)} : {', '.join(bouts)}", "  }", *statsf, *evalf, "}"]) + "\n"
+        f"  func.func @forward({', '.join(a)}) -> {out.mlir} {{", *edge, call_f, *y_edge,
+        f"    return {y} : {out.mlir}", "  }",
+        f"  func.func @vjp(%dy: {out.mlir}, {', '.join(a)}) -> ({', '.join(bouts)}) {{", *edge, call_f, *dy_edge,
+        call_b, *g_edge, f"    return {', '.join(gouts)} : {', '.join(bouts)}", "  }", *statsf, *evalf, "}"]) + "\n"
 
 
 def optim_test_module(o, p, decay: bool) -> str:

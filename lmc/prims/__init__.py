@@ -48,13 +48,33 @@ class Prim:
     # inputs whose cotangent is zero by construction (embedding's integer ids): @input_grad
     # refuses a net whose input reaches the loss only through such inputs
     constant_inputs: ClassVar[tuple[str, ...]] = ()
-    # (attrs, input types, param types) triples used by the per-primitive oracle tests
+    # (attrs, input types, param types) triples used by the per-primitive oracle tests; an
+    # attrs entry `layout="hbwc"` tests the HBWC form (the test module converts at its edges)
     examples: ClassVar[list] = []
+    # Activation layouts (lmc/layout.py).  Shapes, references and tests are NCHW (logical).  A
+    # primitive whose `layouts()` includes "hbwc" also has a form taking its 4-D inputs and
+    # returning its 4-D output as [H, B, W, C] — the conv matmuls' own layout, so a chain of
+    # convs, norms, activations and pools needs no transposes between them.  That form is the
+    # instance made with layout="hbwc" (`self.layout`; the template reads `hbwc`): it is
+    # rendered with those physical types, and its context()/saved() receive them too
+    # (`self.logical(t)` gives the NCHW type back).  prefer_hbwc: take HBWC even when the input
+    # comes NCHW (conv: its matmuls need HBWC patches either way).
+    prefer_hbwc: ClassVar[bool] = False
 
-    def __init__(self, **attrs):
+    def __init__(self, layout: str = "nchw", **attrs):
         self.attrs = attrs
+        self.layout = layout
         for k, v in attrs.items():
             setattr(self, k, v)
+
+    def layouts(self, ins: list[TensorType], ps: list[TensorType]) -> tuple[str, ...]:
+        """The layouts this instance can take for its (logical) input types."""
+        return ("nchw",)
+
+    def logical(self, t: TensorType) -> TensorType:
+        """The NCHW type of a 4-D activation type this instance receives (identity under NCHW)."""
+        from ..layout import logical
+        return logical(t, self.layout) if t.rank == 4 else t
 
     @classmethod
     def lowered(cls) -> bool:
@@ -106,7 +126,16 @@ class Prim:
         return [rng.standard_normal(t.dims).astype(np.float32) for t in ts]
 
     def key(self) -> str:
-        return self.name + repr(sorted(self.attrs.items()))
+        return self.name + repr(sorted(self.attrs.items())) + ("" if self.layout == "nchw" else self.layout)
+
+
+class Elementwise(Prim):
+    """Mixin for primitives whose template only spells its operands' types (elementwise over
+    same-shaped inputs): any layout works unchanged, so they take their inputs' layout."""
+
+    def layouts(self, ins, ps):
+        same = all(t.rank == 4 and t.dims == ins[0].dims for t in ins)
+        return ("nchw", "hbwc") if ins and same else ("nchw",)
 
 
 def make_prim(name: str, **attrs) -> Prim:

@@ -5,7 +5,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..types import TensorType, flt
-from . import Prim, primitive
+from ..layout import Axes
+from . import Elementwise, Prim, primitive
 
 GELU_C = 0.7978845608028654  # sqrt(2/pi): tanh-form GELU, as the reference and jax.nn.gelu(approximate=True)
 
@@ -27,7 +28,7 @@ KINK_GAP = 0.05          # no test input within this distance of a kink
 
 
 @primitive("act")
-class Act(Prim):
+class Act(Elementwise):
     """y = act(x), elementwise.  Saves x (the pre-activation).
     gelu is the tanh form 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))), as the Lean kit and jax.nn.gelu."""
     inputs = ("x",)
@@ -64,7 +65,8 @@ class Bias(Prim):
     """y = x + b broadcast along dim 1 (channels of NCHW, features of [B, F], or dim 1 of any rank)."""
     inputs = ("x",)
     params = ("b",)
-    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))])]
+    examples = [({}, [TensorType((2, 3, 4, 5))], [TensorType((3,))]), ({}, [TensorType((4, 3))], [TensorType((3,))]),
+                (dict(layout="hbwc"), [TensorType((2, 3, 4, 5))], [TensorType((3,))])]
 
     what = "bias"
 
@@ -78,8 +80,13 @@ class Bias(Prim):
     def saved(self, ins, ps, out):
         return []
 
+    def layouts(self, ins, ps):
+        return ("nchw", "hbwc") if ins[0].rank == 4 else ("nchw",)
+
     def context(self, ins, ps, out):
-        return {"other_dims": [d for d in range(ins[0].rank) if d != 1]}
+        x = ins[0]
+        c = Axes(self.layout).pos("c") if x.rank == 4 else 1       # channels' axis (lmc/layout.py)
+        return {"cdim": f"[{c}]", "other_dims": [d for d in range(x.rank) if d != c]}
 
     @staticmethod
     def reference(xp, x, b):
@@ -87,12 +94,13 @@ class Bias(Prim):
 
 
 @primitive("add")
-class Add(Prim):
+class Add(Elementwise):
     """y = a + b (a residual join).  bwd sends dy to both."""
     inputs = ("a", "b_in")
     params = ()
     n_inputs = 2
-    examples = [({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 4, 4))], [])]
+    examples = [({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 4, 4))], []),
+                (dict(layout="hbwc"), [TensorType((2, 3, 4, 5)), TensorType((2, 3, 4, 5))], [])]
 
     def infer(self, ins, ps):
         a, b = ins
@@ -135,7 +143,7 @@ class GlobalAvgPool(Prim):
     """y[b, c] = mean over H, W of x[b, c, :, :]."""
     inputs = ("x",)
     params = ()
-    examples = [({}, [TensorType((2, 3, 4, 5))], [])]
+    examples = [({}, [TensorType((2, 3, 4, 5))], []), (dict(layout="hbwc"), [TensorType((2, 3, 4, 5))], [])]
 
     def infer(self, ins, ps):
         (x,) = ins
@@ -146,9 +154,14 @@ class GlobalAvgPool(Prim):
     def saved(self, ins, ps, out):
         return []
 
+    def layouts(self, ins, ps):
+        return ("nchw", "hbwc")
+
     def context(self, ins, ps, out):
-        h, w = ins[0].dims[2:]
-        return {"inv_hw": flt(1.0 / (h * w))}
+        h, w = self.logical(ins[0]).dims[2:]
+        ax = Axes(self.layout)
+        return {"inv_hw": flt(1.0 / (h * w)), "hw": f"[{ax.pos('h')}, {ax.pos('w')}]",
+                "bc": f"[{ax.pos('b')}, {ax.pos('c')}]"}
 
     @staticmethod
     def reference(xp, x):

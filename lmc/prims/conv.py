@@ -90,7 +90,19 @@ class Conv(Prim):
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 2, 2)], [_t(4, 3, 3, 3)]),   # s2 to 1x1: dead first row/col
         (dict(stride=1, pad=(2, 0, 0, 1), groups=1), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),   # asymmetric, taps dead on one side
         (dict(stride=1, pad=(1, 1, 0, 0), groups=3), [_t(2, 3, 4, 4)], [_t(3, 1, 3, 1)]),   # depthwise, non-square kernel
+        # the HBWC form (lmc/layout.py): plain, strided (phase dx), grouped, grouped strided, dead taps
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=1, layout="hbwc"), [_t(2, 3, 5, 5)], [_t(4, 3, 3, 3)]),
+        (dict(stride=2, pad=(1, 1, 1, 1), groups=1, layout="hbwc"), [_t(2, 2, 7, 7)], [_t(3, 2, 3, 3)]),
+        (dict(stride=1, pad=(2, 2, 2, 2), groups=2, layout="hbwc"), [_t(1, 4, 5, 5)], [_t(6, 2, 5, 5)]),
+        (dict(stride=2, pad=(1, 1, 1, 1), groups=3, layout="hbwc"), [_t(2, 6, 5, 5)], [_t(6, 2, 3, 3)]),
+        (dict(stride=1, pad=(2, 0, 0, 1), groups=1, layout="hbwc"), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),
     ]
+
+    prefer_hbwc = True
+
+    def layouts(self, ins, ps):
+        """The matmul form works in HBWC; the depthwise form's shifted slices stay NCHW."""
+        return ("nchw",) if self._depthwise(ins[0], ps[0]) else ("nchw", "hbwc")
 
     def infer(self, ins, ps):
         (x,), (w,) = ins, ps
@@ -119,12 +131,12 @@ class Conv(Prim):
 
     def saved(self, ins, ps, out):
         (x,), (w,) = ins, ps
-        if self._depthwise(x, w):
+        if self._depthwise(self.logical(x), w):
             return [x]
         return [self.context(ins, ps, out)["f"]["P_type"]]
 
     def context(self, ins, ps, out):
-        (x,), (w,) = ins, ps
+        (x,), (w,), out = [self.logical(ins[0])], ps, self.logical(out)
         b, c, h, wd = x.dims
         o, ci, kh, kw = w.dims
         _, _, oh, ow = out.dims
@@ -156,7 +168,7 @@ class Conv(Prim):
                     wl=_t(o, ci, kh2, kw2).mlir, wg=_t(g, og, ci, kh2, kw2).mlir, yt=_t(b, g, og, oh, ow).mlir,
                     dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwi=_t(g, og, kw2, ci).mlir,
                     dwi1=_t(1, g, og, kw2, ci).mlir, dwc=_t(kh2, g, og, kw2, ci).mlir,
-                    dxt=_t(b, g, ci, h, wd).mlir)
+                    dxt=_t(b, g, ci, h, wd).mlir, yh=_t(oh, b, ow, g, og).mlir, xh=_t(h, b, wd, g, ci).mlir)
 
     # dx of a strided conv by phase decomposition (the template's header); False: the
     # convolution of the interior-padded dy (benchmarks/NOTES.md compares the two)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..types import TensorType, flt
-from . import Prim, conv_out, primitive
+from . import Elementwise, Prim, conv_out, primitive
 from .basic import away_from_kinks
 from .conv import Conv, _nchw_taps
 
@@ -46,6 +46,8 @@ class DilatedConv(Conv):
         (dict(stride=2, pad=(2, 2, 1, 1), groups=1, dilation=2), [_t(2, 2, 7, 6)], [_t(3, 2, 3, 2)]),   # strided, non-square
         (dict(stride=1, pad=(3, 3, 3, 3), groups=4, dilation=3), [_t(2, 4, 5, 5)], [_t(4, 1, 3, 3)]),   # depthwise
         (dict(stride=2, pad=(2, 2, 2, 2), groups=2, dilation=2), [_t(1, 4, 6, 6)], [_t(6, 2, 3, 3)]),   # grouped, strided
+        (dict(stride=1, pad=(2, 2, 2, 2), groups=1, dilation=2, layout="hbwc"), [_t(2, 3, 6, 6)], [_t(4, 3, 3, 3)]),
+        (dict(stride=2, pad=(2, 2, 1, 1), groups=1, dilation=2, layout="hbwc"), [_t(2, 2, 7, 6)], [_t(3, 2, 3, 2)]),
     ]
 
     @property
@@ -191,7 +193,7 @@ class ChannelShuffle(Prim):
         return xp.transpose(x.reshape(b, groups, c // groups, h, w), (0, 2, 1, 3, 4)).reshape(b, c, h, w)
 
 
-class _Elementwise(Prim):
+class _Elementwise(Elementwise):
     """y has x's type; FLOPs 1 per element."""
     inputs = ("x",)
     params = ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from ..layout import Axes
 from ..types import TensorType, flt
 from . import Prim, primitive
 
@@ -22,7 +23,11 @@ class BatchNorm(Prim):
     has_eval = True
     examples = [({}, [TensorType((3, 4, 5, 5))], [TensorType((4,)), TensorType((4,))]),
                 ({}, [TensorType((2, 3, 1, 1))], [TensorType((3,)), TensorType((3,))]),
-                ({}, [TensorType((6, 5))], [TensorType((5,)), TensorType((5,))])]
+                ({}, [TensorType((6, 5))], [TensorType((5,)), TensorType((5,))]),
+                (dict(layout="hbwc"), [TensorType((3, 4, 5, 2))], [TensorType((4,)), TensorType((4,))])]
+
+    def layouts(self, ins, ps):
+        return ("nchw", "hbwc") if ins[0].rank == 4 else ("nchw",)
 
     def infer(self, ins, ps):
         (x,) = ins
@@ -42,9 +47,13 @@ class BatchNorm(Prim):
 
     def context(self, ins, ps, out):
         (x,) = ins
-        n = x.size // x.dims[1]
-        return {"axes": "[0, 2, 3]" if x.rank == 4 else "[0]", "inv_n": flt(1.0 / n), "eps": flt(EPS),
-                "c": ps[0].mlir}
+        n = x.size // ps[0].dims[0]
+        if x.rank == 2:
+            axes, cdim = "[0]", "[1]"
+        else:           # the axes other than channels, in x's layout (lmc/layout.py)
+            ax = Axes(self.layout)
+            axes, cdim = f"[{', '.join(str(ax.pos(a)) for a in 'bhw')}]", f"[{ax.pos('c')}]"
+        return {"axes": axes, "cdim": cdim, "inv_n": flt(1.0 / n), "eps": flt(EPS), "c": ps[0].mlir}
 
     @staticmethod
     def reference(xp, x, gamma, beta):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from ..layout import Axes
 from ..types import TensorType
 from . import Prim, conv_out, primitive, same_pad
 
@@ -42,7 +43,12 @@ class MaxPool(Prim):
                 (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(2, 2, 8, 8)], []),      # torchvision's stem pool
                 (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(1, 2, 7, 6)], []),
                 (dict(size=2, stride=2, pad=(0, 0, 0, 0)), [_t(1, 2, 5, 5)], []),     # last row/col unread
-                (dict(size=3, stride=1, pad=(1, 1, 1, 1)), [_t(2, 2, 2, 2)], [])]     # window larger than the map
+                (dict(size=3, stride=1, pad=(1, 1, 1, 1)), [_t(2, 2, 2, 2)], []),     # window larger than the map
+                # the HBWC form (lmc/layout.py): tiled, general strided/padded, stride 1
+                (dict(size=2, stride=2, layout="hbwc"), [_t(2, 3, 6, 4)], []),
+                (dict(size=3, stride=2, pad=(1, 1, 1, 1), layout="hbwc"), [_t(2, 3, 7, 6)], []),
+                (dict(size=3, stride=2, layout="hbwc"), [_t(1, 2, 8, 7)], []),
+                (dict(size=3, stride=1, layout="hbwc"), [_t(2, 3, 4, 5)], [])]
 
     def __init__(self, pad=None, **attrs):
         # pad=None: SAME (the attrs, hence the symbols, of SAME pools as before `pad` existed)
@@ -76,36 +82,50 @@ class MaxPool(Prim):
     def saved(self, ins, ps, out):
         return [ins[0], out]
 
+    def layouts(self, ins, ps):
+        return ("nchw", "hbwc")
+
     def context(self, ins, ps, out):
-        (x,) = ins
-        b, c, h, w = x.dims
-        _, _, oh, ow = out.dims
+        b, c, h, w = self.logical(ins[0]).dims
+        _, _, oh, ow = self.logical(out).dims
         k, s = self.size, self.stride
         ph, pw = self.pads(h, w)
+        ax = Axes(self.layout)               # where b, c, h, w sit (lmc/layout.py)
+
+        def t(dtype="f32", **size):
+            return TensorType(ax.dims(**size), dtype).mlir
+
+        def split(dtype="f32", **size):      # the 6-D view: h → (h, s), w → (w, s)
+            dims, pos = ax.split(s=s, **size)
+            return TensorType(dims, dtype).mlir, pos
+
+        iy = t("i32", b=b, c=c, h=oh, w=ow)
         # windows that tile the input exactly: the reshape form (no pads, one reduction)
         if k == s and ph == (0, 0) and pw == (0, 0) and h % s == 0 and w % s == 0:
-            return {"tiled": True, "k": k, "s": s, "x6": _t(b, c, oh, s, ow, s).mlir,
-                    "i6": TensorType((b, c, oh, s, ow, s), "i32").mlir,
-                    "m6": TensorType((b, c, oh, s, ow, s), "i1").mlir, "iy": TensorType((b, c, oh, ow), "i32").mlir}
+            x6, pos = split(b=b, c=c, h=oh, w=ow)
+            return {"tiled": True, "k": k, "s": s, "x6": x6, "i6": split("i32", b=b, c=c, h=oh, w=ow)[0],
+                    "m6": split("i1", b=b, c=c, h=oh, w=ow)[0], "iy": iy, "kept": ax.kept(pos),
+                    "hs": pos["hs"], "ws": pos["ws"], "wdims": f"[{pos['hs']}, {pos['ws']}]"}
         # general: the padded input as s×s tiles; a window spans tn tiles per axis
         tn = -(-k // s)
         # tiles covering every window and every input row/col (rows no window reads included)
         th, tw = max(oh + tn - 1, -(-(h + ph[0]) // s)), max(ow + tn - 1, -(-(w + pw[0]) // s))
         kw = tn * s                                # offset code i·kw + j: row-major, no aliasing
         offsets = [dict(n=f"{i}_{j}", q=i * kw + j,
-                        limits=f"[0:{b}, 0:{c}, {i}:{i + (oh - 1) * s + 1}:{s}, {j}:{j + (ow - 1) * s + 1}:{s}]")
+                        limits=ax.slice(b, c, (i, i + (oh - 1) * s + 1, s), (j, j + (ow - 1) * s + 1, s)))
                    for i in range(k) for j in range(k)]
-        shifts = [dict(n=f"{a}_{e}", low=f"[0, 0, {a}, {e}]", high=f"[0, 0, {th - oh - a}, {tw - ow - e}]",
+        shifts = [dict(n=f"{a}_{e}", low=ax.vec(h=a, w=e), high=ax.vec(h=th - oh - a, w=tw - ow - e),
                        rh0=a * s, rw0=e * s) for a in range(tn) for e in range(tn)]
+        x6, pos = split(b=b, c=c, h=th, w=tw)
         return {"tiled": False, "slices": s == 1, "k": k, "s": s, "kw": kw, "nidx": kw * kw, "offsets": offsets, "shifts": shifts,
-                "xp": _t(b, c, h + sum(ph), w + sum(pw)).mlir,
-                "low": f"[0, 0, {ph[0]}, {pw[0]}]", "high": f"[0, 0, {ph[1]}, {pw[1]}]",
-                "high_t": f"[0, 0, {th * s - h - ph[0]}, {tw * s - w - pw[0]}]", "xpt": _t(b, c, th * s, tw * s).mlir,
-                "unpad": f"[0:{b}, 0:{c}, {ph[0]}:{ph[0] + h}, {pw[0]}:{pw[0] + w}]",
-                "iy": TensorType((b, c, oh, ow), "i32").mlir, "yt": _t(b, c, th, tw).mlir,
-                "iyt": TensorType((b, c, th, tw), "i32").mlir, "x6": _t(b, c, th, s, tw, s).mlir,
-                "i6": TensorType((b, c, th, s, tw, s), "i32").mlir,
-                "m6": TensorType((b, c, th, s, tw, s), "i1").mlir}
+                "xp": t(b=b, c=c, h=h + sum(ph), w=w + sum(pw)),
+                "low": ax.vec(h=ph[0], w=pw[0]), "high": ax.vec(h=ph[1], w=pw[1]),
+                "high_t": ax.vec(h=th * s - h - ph[0], w=tw * s - w - pw[0]), "xpt": t(b=b, c=c, h=th * s, w=tw * s),
+                "unpad": ax.slice(b, c, (ph[0], ph[0] + h), (pw[0], pw[0] + w)),
+                "win": ax.vec(b=1, c=1, h=k, w=k)[1:-1], "wstrides": ax.vec(b=1, c=1, h=s, w=s)[1:-1],
+                "iy": iy, "yt": t(b=b, c=c, h=th, w=tw), "iyt": t("i32", b=b, c=c, h=th, w=tw), "x6": x6,
+                "i6": split("i32", b=b, c=c, h=th, w=tw)[0], "m6": split("i1", b=b, c=c, h=th, w=tw)[0],
+                "kept": ax.kept(pos), "hs": pos["hs"], "ws": pos["ws"]}
 
     def draw(self, rng, t, is_input):
         """Inputs: distinct values 4/size apart, so every window has a unique maximum and a

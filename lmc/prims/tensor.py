@@ -311,9 +311,15 @@ class Mul(Prim):
     examples = [
         ({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 4, 4))], []),   # same shape
         ({}, [TensorType((2, 3, 4, 4)), TensorType((2, 3, 1, 1))], []),   # squeeze-excite gate
+        (dict(layout="hbwc"), [TensorType((2, 3, 4, 5)), TensorType((2, 3, 1, 1))], []),   # the gate, HBWC
         ({}, [TensorType((2, 5, 4)), TensorType((4,))], []),              # leading axes
         ({}, [TensorType((2, 5, 4)), TensorType((5, 1))], []),            # both kinds
     ]
+
+    def layouts(self, ins, ps):
+        """Both 4-D: the NumPy broadcast of b onto a holds axis by axis in either layout (a
+        gate [B, C, 1, 1] is [1, B, 1, C] in HBWC); a lower-rank b aligns with NCHW's trailing axes."""
+        return ("nchw", "hbwc") if all(t.rank == 4 for t in ins) else ("nchw",)
 
     def infer(self, ins, ps):
         a, b = ins

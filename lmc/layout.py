@@ -1,0 +1,139 @@
+"""Activation layouts: how the lowering lays out each 4-D value in memory.
+
+Every shape the user, `infer`, `lmc info`, the ABI and the tests see is NCHW (the *logical*
+layout).  The conv primitive computes in [H, B, W, C] (HBWC: the rows of all images contiguous,
+so a kernel row's patches are one offset block — lmc/prims/conv.py); converting back to NCHW
+after every conv and again before the next costs 15–28% of a conv net's step
+(benchmarks/NOTES.md).  So the lowering keeps activations in HBWC between the primitives that
+have an HBWC form and converts only where one does not:
+
+- each primitive states the layouts it can take (`Prim.layouts`, for its logical types);
+- walking the graph forward, a node takes HBWC when it can and either prefers it (conv) or one
+  of its inputs already is HBWC; otherwise NCHW;
+- a value a node needs in the other layout gets a `transpose` node (one per value and layout,
+  shared by its consumers); the graph output is always NCHW; the network input and the masks
+  enter NCHW (the ABI does not change);
+- the reverse walk needs nothing new: a cotangent has its primal's (physical) type, and the
+  transpose primitive's backward is the inverse transpose.
+
+`place(graph, output)` returns the physically laid-out graph the lowering walks; the logical
+graph is untouched.  `LMC_LAYOUT=nchw` turns the pass off (every value NCHW: the layout each
+template converts from itself), for A/B measurements."""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+
+from .graph import Graph, Node, Value
+from .types import TensorType
+
+NCHW, HBWC = "nchw", "hbwc"
+# physical axis k of an HBWC tensor holds logical (NCHW) axis TO_HBWC[k]; TO_NCHW inverts it
+TO_HBWC = (2, 0, 3, 1)
+TO_NCHW = (1, 3, 0, 2)
+
+
+def physical(t: TensorType, layout: str) -> TensorType:
+    """The in-memory type of a logical 4-D type t in `layout`."""
+    if layout == NCHW or t.rank != 4:
+        return t
+    return TensorType(tuple(t.dims[i] for i in TO_HBWC), t.dtype)
+
+
+def logical(t: TensorType, layout: str) -> TensorType:
+    """The NCHW type of an in-memory 4-D type t in `layout`."""
+    if layout == NCHW or t.rank != 4:
+        return t
+    return TensorType(tuple(t.dims[i] for i in TO_NCHW), t.dtype)
+
+
+@dataclass(frozen=True)
+class Axes:
+    """Where batch, channels, height and width sit in a 4-D tensor of `layout`: what the
+    templates of layout-aware primitives need (broadcast dims, reduced axes, pads, slices)."""
+    layout: str
+
+    @property
+    def order(self) -> str:
+        return "bchw" if self.layout == NCHW else "hbwc"
+
+    def pos(self, axis: str) -> int:
+        return self.order.index(axis)
+
+    def dims(self, **size) -> tuple:
+        """Values per axis name (b, c, h, w) in this layout's order."""
+        return tuple(size[a] for a in self.order)
+
+    def vec(self, b=0, c=0, h=0, w=0) -> str:
+        """An MLIR integer list (pads) in this layout's order."""
+        return "[" + ", ".join(str(v) for v in self.dims(b=b, c=c, h=h, w=w)) + "]"
+
+    def slice(self, b: int, c: int, h: tuple, w: tuple) -> str:
+        """A stablehlo.slice bracket: full b and c, (start, stop[, step]) along h and w."""
+        def rng(r):
+            return ":".join(str(v) for v in r)
+        parts = {"b": f"0:{b}", "c": f"0:{c}", "h": rng(h), "w": rng(w)}
+        return "[" + ", ".join(parts[a] for a in self.order) + "]"
+
+    def split(self, **size) -> tuple[tuple, dict]:
+        """The 6-D view that splits h into (h, s) and w into (w, s): its dims (size holds b, c,
+        h, w, s) and the positions of the 'h', 'hs', 'w', 'ws' axes and of the kept ones."""
+        order = []
+        for a in self.order:
+            order.append(a)
+            if a in "hw":
+                order.append(a + "s")
+        dims = tuple(size["s"] if a.endswith("s") else size[a] for a in order)
+        return dims, {a: i for i, a in enumerate(order)}
+
+    def kept(self, pos: dict) -> str:
+        """broadcast_in_dim dims of a 4-D tensor into the split 6-D view (the window axes dropped)."""
+        return "[" + ", ".join(str(pos[a]) for a in self.order) + "]"
+
+
+def enabled() -> bool:
+    return os.environ.get("LMC_LAYOUT", HBWC) != NCHW
+
+
+def place(g: Graph, output: Value, prim_for=lambda n: n.prim) -> tuple[Graph, Value]:
+    """The graph with layouts assigned (module docstring): a shallow copy whose nodes are new
+    (HBWC forms of the primitives, transposes inserted); params, state, input and masks are the
+    same objects.  prim_for: the lowering's choice of spelling per node (LMC_CONV_FORM)."""
+    from .prims import make_prim
+    out = copy.copy(g)
+    out.nodes = []
+    versions: dict[int, dict[str, Value]] = {g.x.id: {NCHW: g.x}}
+    for m in g.masks:
+        versions[m.value.id] = {NCHW: m.value}
+    use_hbwc = enabled()
+
+    def get(v: Value, layout: str, layer: int) -> Value:
+        """v (logical) as a value in `layout`, converting once."""
+        have = versions[v.id]
+        if v.type.rank != 4:
+            return have[NCHW]
+        if layout not in have:
+            src = next(iter(have.values()))
+            perm = TO_HBWC if layout == HBWC else TO_NCHW
+            t = make_prim("transpose", perm=perm)
+            node = Node(t, [src], [], [], layer=layer)
+            node.out = out._value(physical(v.type, layout), node)
+            out.nodes.append(node)
+            have[layout] = node.out
+        return have[layout]
+
+    for node in g.nodes:
+        prim = prim_for(node)
+        ins = [v.type for v in node.inputs]
+        can = use_hbwc and HBWC in prim.layouts(ins, [p.type for p in node.params])
+        held = any(HBWC in versions[v.id] for v in node.inputs)
+        layout = HBWC if can and (prim.prefer_hbwc or held) else NCHW
+        if layout == HBWC:
+            prim = make_prim(prim.name, layout=HBWC, **prim.attrs)
+        new = Node(prim, [get(v, layout, node.layer) for v in node.inputs], node.params, node.state,
+                   layer=node.layer, flops=node.flops)
+        new.out = out._value(physical(node.out.type, layout), new)
+        out.nodes.append(new)
+        versions[node.out.id] = {layout if node.out.type.rank == 4 else NCHW: new.out}
+    return out, get(output, NCHW, -1)
