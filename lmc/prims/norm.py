@@ -11,6 +11,7 @@ from ..types import TensorType, flt
 from . import Prim, primitive
 
 EPS = 1e-5
+SPLIT = 32       # rows per partial sum of the HBWC statistics (context)
 
 
 @primitive("batch_norm")
@@ -24,7 +25,8 @@ class BatchNorm(Prim):
     examples = [({}, [TensorType((3, 4, 5, 5))], [TensorType((4,)), TensorType((4,))]),
                 ({}, [TensorType((2, 3, 1, 1))], [TensorType((3,)), TensorType((3,))]),
                 ({}, [TensorType((6, 5))], [TensorType((5,)), TensorType((5,))]),
-                (dict(layout="hbwc"), [TensorType((3, 4, 5, 2))], [TensorType((4,)), TensorType((4,))])]
+                (dict(layout="hbwc"), [TensorType((3, 4, 5, 2))], [TensorType((4,)), TensorType((4,))]),
+                (dict(layout="hbwc"), [TensorType((4, 3, 4, 4))], [TensorType((3,)), TensorType((3,))])]   # split sums
 
     def layouts(self, ins, ps):
         return ("nchw", "hbwc") if ins[0].rank == 4 else ("nchw",)
@@ -48,12 +50,18 @@ class BatchNorm(Prim):
     def context(self, ins, ps, out):
         (x,) = ins
         n = x.size // ps[0].dims[0]
+        split = None
         if x.rank == 2:
             axes, cdim = "[0]", "[1]"
         else:           # the axes other than channels, in x's layout (lmc/layout.py)
             ax = Axes(self.layout)
             axes, cdim = f"[{', '.join(str(ax.pos(a)) for a in 'bhw')}]", f"[{ax.pos('c')}]"
-        return {"axes": axes, "cdim": cdim, "inv_n": flt(1.0 / n), "eps": flt(EPS), "c": ps[0].mlir}
+            c = ps[0].dims[0]
+            if self.layout == "hbwc" and n % SPLIT == 0 and n > SPLIT:
+                # C innermost: x as [n/k, k, C], summed over k, then over n/k — IREE 3.13's
+                # one-step reduction of the outer axes ran 2–3× slower (benchmarks/NOTES.md)
+                split = {"x3": TensorType((n // SPLIT, SPLIT, c)).mlir, "p": TensorType((n // SPLIT, c)).mlir}
+        return {"axes": axes, "cdim": cdim, "split": split, "inv_n": flt(1.0 / n), "eps": flt(EPS), "c": ps[0].mlir}
 
     @staticmethod
     def reference(xp, x, gamma, beta):
