@@ -25,7 +25,8 @@ from lmc.spec import load_spec         # noqa: E402
 
 NETS = {"mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_size=128"],
         "resnet18": ["train.batch_size=128", "input.height=32", "input.width=32"],
-        "mobilenet_v2": ["train.batch_size=128"], "efficientnet_b0": ["train.batch_size=128"]}
+        "mobilenet_v2": ["train.batch_size=128", "input.height=32", "input.width=32"],
+        "efficientnet_b0": ["train.batch_size=128", "input.height=32", "input.width=32"]}
 
 
 def main():

@@ -655,8 +655,7 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
     (prim.layout) gets its 4-D inputs, output and cotangents transposed at the edges."""
     from .layout import TO_HBWC, TO_NCHW, physical
     out, _ = prim.infer(ins, ps)
-    lay = prim.layout
-    pins, pout = [physical(t, lay) for t in ins], physical(out, lay)
+    pins, pout = [physical(t, prim.layout) for t in ins], physical(out, prim.out_layout)
     r = render_prim(prim, pins, ps, pout)
     a = [f"%i{k}: {t.mlir}" for k, t in enumerate(ins)] + [f"%q{k}: {t.mlir}" for k, t in enumerate(ps)]
     edge = []           # the inputs in the primitive's layout

@@ -59,11 +59,15 @@ class Prim:
     # rendered with those physical types, and its context()/saved() receive them too
     # (`self.logical(t)` gives the NCHW type back).  prefer_hbwc: take HBWC even when the input
     # comes NCHW (conv: its matmuls need HBWC patches either way).
+    # mixes_layouts: its output's layout may differ from its inputs' (`out_layout`; the
+    # template reads `hbwc_out`) — conv converts on either side for free, inside its matmuls.
     prefer_hbwc: ClassVar[bool] = False
+    mixes_layouts: ClassVar[bool] = False
 
-    def __init__(self, layout: str = "nchw", **attrs):
+    def __init__(self, layout: str = "nchw", out_layout: str | None = None, **attrs):
         self.attrs = attrs
         self.layout = layout
+        self.out_layout = out_layout or layout
         for k, v in attrs.items():
             setattr(self, k, v)
 
@@ -75,6 +79,11 @@ class Prim:
         """The NCHW type of a 4-D activation type this instance receives (identity under NCHW)."""
         from ..layout import logical
         return logical(t, self.layout) if t.rank == 4 else t
+
+    def logical_out(self, t: TensorType) -> TensorType:
+        """The NCHW type of its 4-D output type (in `out_layout`)."""
+        from ..layout import logical
+        return logical(t, self.out_layout) if t.rank == 4 else t
 
     @classmethod
     def lowered(cls) -> bool:
@@ -126,7 +135,8 @@ class Prim:
         return [rng.standard_normal(t.dims).astype(np.float32) for t in ts]
 
     def key(self) -> str:
-        return self.name + repr(sorted(self.attrs.items())) + ("" if self.layout == "nchw" else self.layout)
+        return self.name + repr(sorted(self.attrs.items())) + ("" if self.layout == "nchw" else self.layout) + \
+            ("" if self.out_layout == self.layout else ">" + self.out_layout)
 
 
 class Elementwise(Prim):

@@ -96,9 +96,14 @@ class Conv(Prim):
         (dict(stride=1, pad=(2, 2, 2, 2), groups=2, layout="hbwc"), [_t(1, 4, 5, 5)], [_t(6, 2, 5, 5)]),
         (dict(stride=2, pad=(1, 1, 1, 1), groups=3, layout="hbwc"), [_t(2, 6, 5, 5)], [_t(6, 2, 3, 3)]),
         (dict(stride=1, pad=(2, 0, 0, 1), groups=1, layout="hbwc"), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),
+        # one side HBWC, the other NCHW (lmc/layout.py: conv converts inside its matmuls)
+        (dict(stride=2, pad=(1, 1, 1, 1), groups=1, layout="hbwc", out_layout="nchw"), [_t(2, 2, 7, 7)], [_t(3, 2, 3, 3)]),
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=2, out_layout="hbwc"), [_t(2, 4, 5, 5)], [_t(4, 2, 3, 3)]),
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=1, out_layout="hbwc"), [_t(2, 3, 5, 5)], [_t(4, 3, 3, 3)]),
     ]
 
     prefer_hbwc = True
+    mixes_layouts = True
 
     def layouts(self, ins, ps):
         """The matmul form works in HBWC; the depthwise form's shifted slices stay NCHW."""
@@ -136,7 +141,7 @@ class Conv(Prim):
         return [self.context(ins, ps, out)["f"]["P_type"]]
 
     def context(self, ins, ps, out):
-        (x,), (w,), out = [self.logical(ins[0])], ps, self.logical(out)
+        (x,), (w,), out = [self.logical(ins[0])], ps, self.logical_out(out)
         b, c, h, wd = x.dims
         o, ci, kh, kw = w.dims
         _, _, oh, ow = out.dims

@@ -22,8 +22,10 @@ class ConvDirect(Conv):
     # the stride-2 conv whose output is 1x1 from a 2x2 input: IREE 3.13's llvm-cpu lowering of
     # that stablehlo.convolution fails ("'linalg.generic' op inferred input/output operand #1
     # has shape's dimension #0 to be 4, but found 3"); not checked on a GPU in this session.
-    examples = [e for e in Conv.examples if e[1][0].dims[2:] != (2, 2) and "layout" not in e[0]]
+    examples = [e for e in Conv.examples if e[1][0].dims[2:] != (2, 2) and "layout" not in e[0]
+                and "out_layout" not in e[0]]
     prefer_hbwc = False
+    mixes_layouts = False
 
     def layouts(self, ins, ps):
         return ("nchw",)        # stablehlo.convolution's NCHW/OIHW dimension numbers

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..layout import Axes
+from ..layout import Axes, channel_sums
 from ..types import TensorType, flt
 from . import Prim, primitive
 
 EPS = 1e-5
-SPLIT = 32       # rows per partial sum of the HBWC statistics (context)
 
 
 @primitive("batch_norm")
@@ -50,18 +49,11 @@ class BatchNorm(Prim):
     def context(self, ins, ps, out):
         (x,) = ins
         n = x.size // ps[0].dims[0]
-        split = None
         if x.rank == 2:
-            axes, cdim = "[0]", "[1]"
+            cs, cdim = {"axes": "[0]", "split": None}, "[1]"
         else:           # the axes other than channels, in x's layout (lmc/layout.py)
-            ax = Axes(self.layout)
-            axes, cdim = f"[{', '.join(str(ax.pos(a)) for a in 'bhw')}]", f"[{ax.pos('c')}]"
-            c = ps[0].dims[0]
-            if self.layout == "hbwc" and n % SPLIT == 0 and n > SPLIT:
-                # C innermost: x as [n/k, k, C], summed over k, then over n/k — IREE 3.13's
-                # one-step reduction of the outer axes ran 2–3× slower (benchmarks/NOTES.md)
-                split = {"x3": TensorType((n // SPLIT, SPLIT, c)).mlir, "p": TensorType((n // SPLIT, c)).mlir}
-        return {"axes": axes, "cdim": cdim, "split": split, "inv_n": flt(1.0 / n), "eps": flt(EPS), "c": ps[0].mlir}
+            cs, cdim = channel_sums(x, self.layout), f"[{Axes(self.layout).pos('c')}]"
+        return {"cs": cs, "cdim": cdim, "inv_n": flt(1.0 / n), "eps": flt(EPS), "c": ps[0].mlir}
 
     @staticmethod
     def reference(xp, x, gamma, beta):
