@@ -101,14 +101,20 @@ def channel_sums(t: TensorType, layout: str) -> dict:
     """How a template sums a 4-D activation (physical type t) over all but its channels
     (templates/prims/_channel_sum.j2): `axes` for one reduction; in HBWC, where C is innermost,
     `split` = the [n/k, k, C] view and the [n/k, C] partial sums (k = SPLIT rows), measured
-    2–3× faster than IREE 3.13's one-step reduction of the outer axes."""
+    2–3× faster than IREE 3.13's one-step reduction of the outer axes, or where k does not
+    divide n, `flat` = the [n, C] view reduced over its axis 0."""
     ax = Axes(layout)
     c = t.dims[ax.pos("c")]
     n = t.size // c
-    split = None
+    split = flat = None
     if layout == HBWC and n % SPLIT == 0 and n > SPLIT:
         split = {"x3": TensorType((n // SPLIT, SPLIT, c)).mlir, "p": TensorType((n // SPLIT, c)).mlir}
-    return {"axes": "[" + ", ".join(str(ax.pos(a)) for a in "bhw") + "]", "split": split}
+    elif layout == HBWC:
+        # as [n, C], one reduction of axis 0: IREE 3.13 failed to compile the [0, 1, 2] reduction
+        # of a small HBWC tensor fused into the backward ("'vector.contract' op invalid
+        # accumulator/result vector shape", B 2, 4×4, C 4)
+        flat = TensorType((n, c)).mlir
+    return {"axes": str(sorted(ax.pos(a) for a in "bhw")), "split": split, "flat": flat}
 
 
 def enabled() -> bool:
@@ -117,8 +123,9 @@ def enabled() -> bool:
 
 def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:
     """value id → whether an HBWC run through it would end in a consumer that pulls it: a
-    primitive that prefers HBWC (conv) or shrinks the tensor (a pool: a later transpose is
-    smaller), possibly through primitives that can continue the run (norms, activations, adds)."""
+    primitive that prefers HBWC (conv), shrinks the tensor (a pool: a later transpose is
+    smaller) or joins it with another value (a residual add, whose other operand comes from a
+    run), possibly through primitives that can continue the run (norms, activations)."""
     users: dict[int, list[Node]] = {}
     for n in g.nodes:
         for v in n.inputs:
@@ -127,7 +134,8 @@ def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:
     for n in reversed(g.nodes):
         def pulls(u):
             shrinks = u.out.type.size < max(v.type.size for v in u.inputs)
-            return can[id(u)] and (prims[id(u)].prefer_hbwc or shrinks or reach.get(u.out.id, False))
+            join = len(u.inputs) > 1         # a residual add: its other operand is in a run
+            return can[id(u)] and (prims[id(u)].prefer_hbwc or shrinks or join or reach.get(u.out.id, False))
         reach[n.out.id] = any(pulls(u) for u in users.get(n.out.id, []))
     return reach
 
