@@ -313,6 +313,20 @@ def _conv_form() -> dict:
     return _FORMS[form]
 
 
+# train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
+# bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
+# Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
+_BF16_FORMS = ("emulated", "convert")
+
+
+def _bf16_form() -> str:
+    form = os.environ.get("LMC_BF16_FORM", "convert")
+    if form not in _BF16_FORMS:
+        from .errors import LmcError
+        raise LmcError(f"LMC_BF16_FORM={form!r}: expected one of {', '.join(_BF16_FORMS)}")
+    return form
+
+
 def _prim_for(node: Node, forms: dict):
     alt = forms.get(node.prim.name)
     if alt:
@@ -323,7 +337,7 @@ def _prim_for(node: Node, forms: dict):
 
 def _rendered(em: _Emitter, node: Node):
     prim = _prim_for(node, em.forms)
-    extra = {"bf16": True} if em.bf16 and prim.mixed_precision else None
+    extra = {"bf16": _bf16_form()} if em.bf16 and prim.mixed_precision else None
     r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r
