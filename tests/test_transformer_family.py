@@ -141,6 +141,27 @@ def _np_forward(net, P, x):
     return vals[net.output.id]
 
 
+SWIN = """name: s
+input: {channels: 8, height: 4, width: 4}
+layers:
+  - swin_stage: {dim: 8, heads: 2, mlp_dim: 16, window_size: 2, n_blocks: 2, flash_attn: FLASH}
+"""
+
+
+def test_flash_attn_with_swins_bias_builds_the_same_function():
+    """Shifted windows: the relative position bias + shift mask reach flash_attn as its bias."""
+    plain = infer(load_spec("s.yaml", text=SWIN.replace("FLASH", "false")))
+    flash = infer(load_spec("s.yaml", text=SWIN.replace("FLASH", "true")))
+    assert [p.name for p in plain.params] == [p.name for p in flash.params]
+    fa = [n for n in flash.graph.nodes if n.prim.name == "flash_attn"]
+    assert len(fa) == 2 and all(n.inputs[3].node.prim.name == "window_bias" for n in fa)
+    assert "softmax" not in [n.prim.name for n in flash.graph.nodes]
+    rng = np.random.default_rng(0)
+    P = {p.name: rng.standard_normal(p.type.dims) for p in plain.params}
+    x = rng.standard_normal(plain.input.dims)
+    np.testing.assert_allclose(_np_forward(plain, P, x), _np_forward(flash, P, x), rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attn_builds_the_same_function(causal):
     plain = infer(load_spec("e.yaml", text=_enc(False, causal)))
