@@ -162,6 +162,16 @@ def test_flash_attn_with_swins_bias_builds_the_same_function():
     np.testing.assert_allclose(_np_forward(plain, P, x), _np_forward(flash, P, x), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.iree
+def test_swin_flash_attn_train_step_against_jax():
+    """The whole-train-step oracle on the shifted-window stage with flash_attn (the plain stage's
+    own case, the same loss and optimizer, is in test_oracle's rotation)."""
+    pytest.importorskip("jax")
+    from tests.test_oracle import run_oracle
+    run_oracle([("swin_stage", dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2, flash_attn=True))],
+               (2, 8, 4, 4), "xla_same", "per_pixel_ce", "adam#2")
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attn_builds_the_same_function(causal):
     plain = infer(load_spec("e.yaml", text=_enc(False, causal)))

@@ -29,9 +29,9 @@ class SwinStage(Layer):
     window_size: int
     n_blocks: int
     flash_attn: bool = False
-    examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2), TensorType((2, 8, 4, 4))),
-                          (dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2, flash_attn=True),
-                           TensorType((2, 8, 4, 4)))]
+    # flash_attn's whole-step oracle: tests/test_transformer_family.py (an example here would
+    # re-deal the oracle's rotating loss × optimizer combos of every later layer case)
+    examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2), TensorType((2, 8, 4, 4)))]
 
     def build(self, g, x, net):
         b, d, h, w = image(x.type, self.dim, "dim")
