@@ -321,12 +321,6 @@ def _conv_form() -> dict:
     return _FORMS[form]
 
 
-# train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
-# bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
-# Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
-_BF16_FORMS = ("emulated", "convert")
-
-
 # The primitives train.bf16_conv adds: conv's matmul form (its depthwise form has no matmul and
 # stays f32).  TODO: a Prim attribute like mixed_precision once lmc/prims/conv.py is free to edit.
 _BF16_CONV = ("conv",)
@@ -336,6 +330,12 @@ def _bf16(node: Node, conv: bool) -> bool:
     p = node.prim
     return p.mixed_precision or (conv and p.name in _BF16_CONV
                                  and not p._depthwise(p.logical(node.inputs[0].type), node.params[0].type))
+
+
+# train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
+# bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
+# Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
+_BF16_FORMS = ("emulated", "convert")
 
 
 def _bf16_form() -> str:
