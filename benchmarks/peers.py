@@ -15,18 +15,24 @@ import numpy as np
 from lmc.prims import same_pad
 
 
-def _recipe(net, lr, any_loss=False):
-    """What the peers implement of the recipe: the lowered net's loss must be class_ce (both
-    peers spell it as softmax cross-entropy with smoothing; any_loss: JAX runs another loss's
-    registry `reference`, e.g. the LM's per-token CE); every optimizer of the registry (JAX
-    runs each tensor's `reference` under jit; PyTorch uses torch.optim for sgd and adam, the
-    reference for the rest); no clipping, head multiplier, EMA or accumulation.  Returns (abi,
-    hp: name → value at step 1, decay: param name → bool)."""
+# the losses PyTorch spells as F.cross_entropy (with the recipe's label smoothing): class_ce on
+# [B, NC] and per_pixel_ce on [B, NC, H, W] against [B, H, W] — the LM's per-token CE on logits
+# [B, V, T, 1] and next-token labels [B, T, 1], a mean over B·T as lmc's
+TORCH_LOSSES = ("class_ce", "per_pixel_ce")
+
+
+def _recipe(net, lr, any_loss=False, losses=("class_ce",)):
+    """What the peers implement of the recipe: the lowered net's loss must be one of `losses`
+    (both peers spell class_ce as softmax cross-entropy with smoothing, PyTorch per_pixel_ce
+    too; any_loss: JAX runs another loss's registry `reference`, e.g. the LM's per-token CE);
+    every optimizer of the registry (JAX runs each tensor's `reference` under jit; PyTorch uses
+    torch.optim for sgd and adam, the reference for the rest); no clipping, head multiplier,
+    EMA or accumulation.  Returns (abi, hp: name → value at step 1, decay: param name → bool)."""
     from lmc.lower import abi, hyperparams
     a = abi(net)
     cfg = net.spec.train
-    if a.loss.name != "class_ce" and not any_loss:
-        raise NotImplementedError(f"benchmark peers implement class_ce, not {a.loss.name}")
+    if a.loss.name not in losses and not any_loss:
+        raise NotImplementedError(f"benchmark peers implement {', '.join(losses)}, not {a.loss.name}")
     knobs = [k for k in ("grad_clip_norm", "head_lr_mult", "ema_decay", "grad_scale") if k in a.hp]
     if knobs:
         raise NotImplementedError(f"benchmark peers do not implement {', '.join(knobs)}")
@@ -201,6 +207,13 @@ def _torch_ops() -> dict:
         var = ((x - mu) ** 2).mean(ax, keepdim=True)
         return (x - mu) * torch.rsqrt(var + 1e-5) * ps[0].reshape(shape) + ps[1].reshape(shape)
 
+    def embedding(ins, ps, a):
+        # ids held in f32, rounded and clamped as lmc's template does (Embedding.reference);
+        # F.embedding for both of lmc's spellings (gather / one-hot matmul: the same function)
+        table = ps[0]
+        idx = torch.floor(ins[0] + 0.5).clamp(0, table.shape[0] - 1).long()
+        return F.embedding(idx, table)
+
     def softmax(ins, ps, a):
         s = ins[0] * a["scale"]
         if a["causal"]:
@@ -228,6 +241,7 @@ def _torch_ops() -> dict:
         "global_avg_pool": lambda ins, ps, a: ins[0].mean((2, 3)),
         "max_pool": max_pool,
         "mul": lambda ins, ps, a: ins[0] * ins[1],
+        "embedding": embedding,
     }
 
 
@@ -238,7 +252,7 @@ def torch_step(net, lr=1e-4, compile=False, device="cpu"):
     torch.manual_seed(0)
     cfg = net.spec.train
     g = net.graph
-    a, hp, decay = _recipe(net, lr)
+    a, hp, decay = _recipe(net, lr, losses=TORCH_LOSSES)
     nc = net.output.type.dims[-1]
     rng = np.random.default_rng(0)
     params = [torch.tensor((rng.standard_normal(p.type.dims) * 0.05).astype(np.float32), requires_grad=True,
@@ -278,8 +292,15 @@ def torch_step(net, lr=1e-4, compile=False, device="cpu"):
     else:                   # the registry's reference, in torch, under no_grad
         opt = None
         state = {"opt": {k: torch.tensor(v, device=device) for k, v in zip(a.opt_keys, a.initial_opt())}, "t": 1.0}
-    x = torch.tensor(rng.standard_normal(net.input.dims).astype(np.float32), device=device)
-    y = torch.tensor(rng.integers(0, nc, net.batch), device=device)
+    x = rng.standard_normal(net.input.dims).astype(np.float32)
+    first = net.spec.layers[0].layer
+    if getattr(first, "draw_input", None):      # token ids (as the JAX peer and lmc's stepper)
+        x = first.draw_input(rng, net.input)
+    x = torch.tensor(x, device=device)
+    if a.loss.name == "class_ce":
+        y = torch.tensor(rng.integers(0, nc, net.batch), device=device)
+    else:                                       # per-pixel / per-token labels [B, H, W]
+        y = torch.tensor(np.asarray(a.loss.draw_labels(rng, a.labels, a.logits)), device=device).long()
 
     def call():
         if opt is not None:

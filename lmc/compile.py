@@ -55,8 +55,9 @@ def resolve_backend(backend: str | None) -> str:
     return b
 
 
-def flags(backend: str | None = None, chip: str | None = None) -> list[str]:
-    """The iree-compile flags (without input/output), extra flags last so they win."""
+def flags(backend: str | None = None, chip: str | None = None, text: str | None = None) -> list[str]:
+    """The iree-compile flags (without input/output), extra flags last so they win; `text`, the
+    module, where a flag depends on what it contains (bf16 matmuls on llvm-cpu)."""
     b = resolve_backend(backend)
     c = chip or os.environ.get("IREE_CHIP") or DEFAULT_CHIP[b]
     out = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={b}"]
@@ -64,6 +65,12 @@ def flags(backend: str | None = None, chip: str | None = None) -> list[str]:
         out.append(f"--iree-llvmcpu-target-cpu={c}")
         # No --iree-global-opt-use-im2col-for-convs: the conv templates emit matmuls, not
         # stablehlo.convolution, so it has nothing left to convert (benchmarks/NOTES.md).
+        if text is not None and "xbf16>" in text:
+            # train.bf16's bf16×bf16→f32 dots: only packed (mmt4d, data-tiled) matmuls use
+            # AVX512-BF16's vdpbf16ps; without it IREE widens to f32 and is slower than f32
+            # (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).  The global-opt path:
+            # --iree-opt-data-tiling fails on these modules ("large vector sizes").
+            out.append("--iree-global-opt-data-tiling")
     elif b == "cuda":
         if c in ("sm_89", "sm_90", "sm_90a", "sm_100"):
             raise CompileError(f"IREE 3.13 has no target metadata for {c}; compile for sm_86 (PTX is JIT-forwarded)",
@@ -89,7 +96,7 @@ class Compiled:
 def compile_module(text: str, out: Path | None = None, backend: str | None = None, chip: str | None = None,
                    verbose: bool = False) -> Compiled:
     exe = find_compiler()
-    fl = flags(backend, chip)
+    fl = flags(backend, chip, text)
     key = hashlib.sha256("\0".join([text, *fl, compiler_version(exe)]).encode()).hexdigest()[:24]
     cdir = cache_dir()
     cdir.mkdir(parents=True, exist_ok=True)

@@ -96,8 +96,8 @@ WHERE: dict[str, str] = {
     "bootstrap_backbone": "init: a prefix of the flat parameter vector from a .bin",
     "bootstrap_backbone_range": "init: a window of the flat parameter vector from a .bin",
     # precision
-    "bf16": "matmul operands in bfloat16 (transformer nets); refused where no primitive has a bf16 form",
-    "bf16_conv": "refused: not implemented yet (conv operands in bfloat16)",
+    "bf16": "matmul operands in bfloat16 (dense, linear, attention); refused where no primitive has a bf16 form",
+    "bf16_conv": "the standard convs' matmul operands in bfloat16 too (templates/prims/conv.mlir.j2)",
     # eval and cadence (train.py, evaluate.py)
     "eval_every_n_epochs": "cadence: the eval records",
     "checkpoint_every_n_epochs": "cadence: the checkpoint records",

@@ -137,10 +137,14 @@ def abi(net: TypedNet, world: int = 1) -> Abi:
                                  hint="remove the field from the recipe (or set it to its default)")
     check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
     t = train_net(net)             # train.train_res: the training functions' input and masks
-    if cfg.bf16 and not any(n.prim.mixed_precision for n in net.graph.nodes):
+    if cfg.bf16 and not any(_bf16(n, cfg.bf16_conv) for n in net.graph.nodes):
         raise SpecError("train.bf16 rounds the operands of the primitives with a bf16 form (dense, linear, "
-                        "matmul, attention), and this net has none (convs would need bf16_conv, not "
-                        "implemented yet)", net.spec.loc("train", "bf16"))
+                        "matmul, attention; standard convs with bf16_conv), and this net has none"
+                        + ("" if cfg.bf16_conv else " (its convs would need bf16_conv: true)"),
+                        net.spec.loc("train", "bf16"))
+    if cfg.bf16_conv and _conv_form():
+        raise SpecError("train.bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct's "
+                        "stablehlo.convolution", net.spec.loc("train", "bf16_conv"))
     where = selection(cfg)[1]
     try:
         optimizers = assign(net)
@@ -207,8 +211,10 @@ class _Emitter:
     def __init__(self, net: TypedNet):
         self.net = net
         self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
-        # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision)
+        # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision;
+        # the standard convs' too with bf16_conv)
         self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
+        self.bf16_conv = bool(self.bf16 and net.spec.train.bf16_conv)
         self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
         self.placed: dict[int, tuple] = {}   # id(graph) → _placed's (graph, output)
         self.lines: list[str] = []
@@ -315,6 +321,31 @@ def _conv_form() -> dict:
     return _FORMS[form]
 
 
+# The primitives train.bf16_conv adds: conv's matmul form (its depthwise form has no matmul and
+# stays f32).  TODO: a Prim attribute like mixed_precision once lmc/prims/conv.py is free to edit.
+_BF16_CONV = ("conv",)
+
+
+def _bf16(node: Node, conv: bool) -> bool:
+    p = node.prim
+    return p.mixed_precision or (conv and p.name in _BF16_CONV
+                                 and not p._depthwise(p.logical(node.inputs[0].type), node.params[0].type))
+
+
+# train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
+# bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
+# Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
+_BF16_FORMS = ("emulated", "convert")
+
+
+def _bf16_form() -> str:
+    form = os.environ.get("LMC_BF16_FORM", "convert")
+    if form not in _BF16_FORMS:
+        from .errors import LmcError
+        raise LmcError(f"LMC_BF16_FORM={form!r}: expected one of {', '.join(_BF16_FORMS)}")
+    return form
+
+
 def _prim_for(node: Node, forms: dict):
     alt = forms.get(node.prim.name)
     if alt:
@@ -334,7 +365,7 @@ def _placed(net: TypedNet, em: _Emitter):
 
 def _rendered(em: _Emitter, node: Node):
     prim = node.prim
-    extra = {"bf16": True} if em.bf16 and prim.mixed_precision else None
+    extra = {"bf16": _bf16_form()} if em.bf16 and _bf16(node, em.bf16_conv) else None
     r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r

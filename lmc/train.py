@@ -44,7 +44,7 @@ METRICS = "metrics.jsonl"
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("det_prior_pi", "bf16_conv", "val_every_epochs", "sync_bn")
+_UNSUPPORTED = ("det_prior_pi", "val_every_epochs", "sync_bn")
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100

@@ -79,10 +79,16 @@ def test_registry_is_exactly_the_seeds_50_kinds():
     assert sorted(LAYERS) == sorted(KINDS)
 
 
+# lmc's own fields after the seed's arguments (each with a default that keeps the seed's layer)
+EXTENSIONS = {"swin_stage": ["flash_attn"]}
+
+
 @pytest.mark.parametrize("name,args", SEED, ids=[snake(n) for n, _ in SEED])
 def test_fields_are_the_seeds_arguments_in_order(name, args):
     cls = LAYERS[snake(name)]
-    assert [f.name for f in dataclasses.fields(cls)] == [snake(a) for a in args.split()]
+    ext = EXTENSIONS.get(snake(name), [])
+    assert [f.name for f in dataclasses.fields(cls)] == [snake(a) for a in args.split()] + ext
+    assert all(f.default is not dataclasses.MISSING for f in dataclasses.fields(cls) if f.name in ext)
 
 
 @pytest.mark.parametrize("kind", sorted(SEED_DEFAULTS))

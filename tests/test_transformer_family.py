@@ -141,6 +141,37 @@ def _np_forward(net, P, x):
     return vals[net.output.id]
 
 
+SWIN = """name: s
+input: {channels: 8, height: 4, width: 4}
+layers:
+  - swin_stage: {dim: 8, heads: 2, mlp_dim: 16, window_size: 2, n_blocks: 2, flash_attn: FLASH}
+"""
+
+
+def test_flash_attn_with_swins_bias_builds_the_same_function():
+    """Shifted windows: the relative position bias + shift mask reach flash_attn as its bias."""
+    plain = infer(load_spec("s.yaml", text=SWIN.replace("FLASH", "false")))
+    flash = infer(load_spec("s.yaml", text=SWIN.replace("FLASH", "true")))
+    assert [p.name for p in plain.params] == [p.name for p in flash.params]
+    fa = [n for n in flash.graph.nodes if n.prim.name == "flash_attn"]
+    assert len(fa) == 2 and all(n.inputs[3].node.prim.name == "window_bias" for n in fa)
+    assert "softmax" not in [n.prim.name for n in flash.graph.nodes]
+    rng = np.random.default_rng(0)
+    P = {p.name: rng.standard_normal(p.type.dims) for p in plain.params}
+    x = rng.standard_normal(plain.input.dims)
+    np.testing.assert_allclose(_np_forward(plain, P, x), _np_forward(flash, P, x), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.iree
+def test_swin_flash_attn_train_step_against_jax():
+    """The whole-train-step oracle on the shifted-window stage with flash_attn (the plain stage's
+    own case, the same loss and optimizer, is in test_oracle's rotation)."""
+    pytest.importorskip("jax")
+    from tests.test_oracle import run_oracle
+    run_oracle([("swin_stage", dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2, flash_attn=True))],
+               (2, 8, 4, 4), "xla_same", "per_pixel_ce", "adam#2")
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attn_builds_the_same_function(causal):
     plain = infer(load_spec("e.yaml", text=_enc(False, causal)))
@@ -181,25 +212,46 @@ def test_detr_heads_train_with_the_set_loss_only():
 # bf16 tolerance against float64 JAX: operands rounded to 8 mantissa bits (relative 2⁻⁹ ≈ 2e-3
 # each), products accumulated in f32.  Through a causal block, its backward and one SGD step:
 # loss within 1%, each tensor's update within 10% of its largest entry + 1% of the net's largest
-# update.  Observed (IREE 3.13, llvm-cpu): loss 4.3e-4 / 2.5e-3 (plain / flash), updates ≤ 4.3%;
+# update.  Observed (IREE 3.13, llvm-cpu): loss 4.3e-4 / 2.5e-3 (plain / flash), updates ≤ 3.8%,
+# the same in the convert and the emulated form (lmc/lower.py _bf16_form);
 # the f32 module is within 1e-5 of the same reference; a wrong gradient is off by O(1).
 BF16_LOSS_RTOL, BF16_UPDATE_RTOL = 1e-2, 0.10
 
 
+# the nets: a causal block (plain or flash attention); a conv net under bf16_conv (a stride-1
+# conv and a stride-2 residual block: the conv template's forward, dW and phase-split dx
+# matmuls; batch norm stays f32)
+BF16_NETS = {
+    "causal": ([("transformer_encoder", dict(dim=8, heads=2, mlp_dim=16, n_blocks=1, keep_sequence=True,
+                                             causal_mask=True))], (4, 6, 8), {}),
+    "causal_flash": ([("transformer_encoder", dict(dim=8, heads=2, mlp_dim=16, n_blocks=1, keep_sequence=True,
+                                                   causal_mask=True, flash_attn=True))], (4, 6, 8), {}),
+    "conv_bf16_conv": ([("conv2d", dict(ic=2, oc=4, k_size=3)),
+                        ("residual_block", dict(ic=4, oc=4, n_blocks=1, first_stride=2))], (4, 2, 6, 6),
+                       {"bf16_conv": True}),
+}
+
+
 @pytest.mark.iree
-@pytest.mark.parametrize("flash", [False, True])
-def test_bf16_train_step_against_jax_at_bf16_tolerance(flash):
+@pytest.mark.parametrize("case,form", [("causal", "convert"), ("causal_flash", "convert"), ("causal", "emulated"),
+                                       ("conv_bf16_conv", "convert"), ("conv_bf16_conv", "emulated")])
+def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form, monkeypatch):
     pytest.importorskip("jax")
+    monkeypatch.setenv("LMC_BF16_FORM", form)       # both spellings of train.bf16 (lmc/lower.py)
     import jax.numpy as jnp
     from lmc.lower import abi, hyperparams, lower
     from tests.test_oracle import _batch, _init, _module, classifier_yaml, make_jax_step
-    layers = [("transformer_encoder", dict(dim=8, heads=2, mlp_dim=16, n_blocks=1, keep_sequence=True,
-                                           causal_mask=True, flash_attn=flash))]
+    layers, x_dims, extra = BF16_NETS[case]
     train = {"learning_rate": 0.5}
-    net32 = infer(load_spec("o.yaml", text=classifier_yaml(layers, (4, 6, 8), "xla_same", train)))
-    net = infer(load_spec("o.yaml", text=classifier_yaml(layers, (4, 6, 8), "xla_same", {**train, "bf16": True})))
+    net32 = infer(load_spec("o.yaml", text=classifier_yaml(layers, x_dims, "xla_same", train)))
+    net = infer(load_spec("o.yaml", text=classifier_yaml(layers, x_dims, "xla_same",
+                                                         {**train, "bf16": True, **extra})))
     text, text32 = lower(net, "train_step"), lower(net32, "train_step")
     assert "xui32>" in text and "xui32>" not in text32           # the bf16 rounding of the operands
+    assert ("xbf16>" in text) == (form == "convert")              # … then bf16×bf16→f32 dots
+    if extra:                                                     # the convs' own matmuls: not only the head's
+        convs = [f for f in text.split("func.func private @")[1:] if f.startswith("conv_")]
+        assert convs and all("xui32>" in f for f in convs)
     a = abi(net)
     rng = np.random.default_rng(0)
     P, S = _init(net, rng)
@@ -273,5 +325,44 @@ def test_bf16_is_refused_on_a_net_without_a_bf16_primitive():
     net = infer(load_spec("c.yaml", text="name: c\ninput: {channels: 1, height: 4, width: 4}\nlayers:\n"
                                         "  - conv2d: {ic: 1, oc: 2, k_size: 3}\n  - global_avg_pool\n"
                                         "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true}\n"))
-    with pytest.raises(SpecError, match="train.bf16 rounds the operands .* this net has none"):
+    with pytest.raises(SpecError, match=r"train.bf16 rounds the operands .* this net has none \(its convs would "
+                                        r"need bf16_conv: true\)"):
         abi(net)
+
+
+def test_bf16_conv_rounds_the_standard_convs_only(monkeypatch):
+    from lmc.errors import SpecError
+    from lmc.lower import abi, lower
+    src = ("name: c\ninput: {channels: 2, height: 4, width: 4}\nlayers:\n"
+           "  - separable_conv: {ic: 2, oc: 2}\n  - global_avg_pool\n"
+           "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true, bf16_conv: true}\n")
+    net = infer(load_spec("c.yaml", text=src))
+    abi(net)                                             # a conv-only net: bf16_conv gives it a bf16 form
+    funcs = {f.split("(")[0]: f for f in lower(net, "train_step").split("func.func private @")[1:]}
+    convs = {k: f for k, f in funcs.items() if k.startswith("conv_fwd")}
+    assert len(convs) == 2
+    assert sorted("xbf16>" in f for f in convs.values()) == [False, True]      # the depthwise one stays f32
+    monkeypatch.setenv("LMC_CONV_FORM", "direct")
+    with pytest.raises(SpecError, match="bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct"):
+        abi(net)
+
+
+def test_bf16_modules_get_data_tiling_on_llvm_cpu_only(monkeypatch):
+    """IREE emits AVX512-BF16's vdpbf16ps only for data-tiled (mmt4d) matmuls; without it the
+    convert form is slower than f32 (benchmarks/bf16_forms.py).  An f32 module keeps its flags."""
+    from lmc.compile import flags
+    from lmc.errors import LmcError
+    from lmc.lower import lower
+    monkeypatch.delenv("IREE_EXTRA_FLAGS", raising=False)
+    net = infer(load_spec("v.yaml", text=VIT.replace("epochs: 1,", "epochs: 1, bf16: true,")))
+    text = lower(net, "train_step")
+    assert "xbf16>" in text
+    dt = "--iree-global-opt-data-tiling"
+    assert dt in flags("llvm-cpu", None, text)
+    assert dt not in flags("llvm-cpu", None, lower(infer(load_spec("v.yaml", text=VIT)), "train_step"))
+    assert dt not in flags("cuda", None, text) and dt not in flags("rocm", None, text)
+    monkeypatch.setenv("LMC_BF16_FORM", "emulated")
+    assert "xbf16>" not in lower(net, "train_step")
+    monkeypatch.setenv("LMC_BF16_FORM", "bf16")
+    with pytest.raises(LmcError, match="LMC_BF16_FORM='bf16': expected one of emulated, convert"):
+        lower(net, "train_step")

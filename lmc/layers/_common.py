@@ -1,7 +1,7 @@
 """Shared building blocks for layers: padding conventions and the conv → BN → act unit."""
 from __future__ import annotations
 
-from ..errors import NotImplementedKind, ShapeError
+from ..errors import ShapeError
 from ..prims import same_pad
 
 
@@ -114,10 +114,10 @@ def attention(g, q, k, v, heads, causal=False, rope=False, bias=None, flash=Fals
     if rope:
         qh, kh = g.op("rope", qh, flops=0), g.op("rope", kh, flops=0)
     if flash:
-        if bias is not None:
-            raise NotImplementedKind("not implemented yet: flash_attn with an additive attention bias (Swin)")
-        o = g.op("flash_attn", qh, kh, vh, scale=1.0 / (d // heads) ** 0.5, causal=causal, block=FLASH_BLOCK,
-                 flops=4 * b * nq * nk * d + 5 * b * nq * nk)
+        # the bias (if any) is flash_attn's 4th input, added per key block inside the softmax's
+        # scale like the add below
+        o = g.op("flash_attn", qh, kh, vh, *([bias] if bias is not None else []), scale=1.0 / (d // heads) ** 0.5,
+                 causal=causal, block=FLASH_BLOCK, flops=4 * b * nq * nk * d + 5 * b * nq * nk)
         return g.op("reshape", g.op("transpose", o, perm=(0, 2, 1, 3)), dims=(b, nq, d))
     s = g.op("matmul", qh, g.op("transpose", kh, perm=(0, 1, 3, 2)))
     if bias is not None:

@@ -21,12 +21,16 @@ class SwinStage(Layer):
     Params per block: ln1 γ β, attn.qkv.weight [dim,3dim] + bias, attn.proj.weight [dim,dim]
     + bias, attn.rel_pos_bias [(2ws−1)², heads], ln2 γ β, mlp.fc1 [dim,mlp_dim] + bias,
     mlp.fc2 [mlp_dim,dim] + bias (torchvision's Swin block, the Lean kit's count).
+    flash_attn: the fused `flash_attn` primitive with the bias as its 4th input (same function).
     Assumptions: input [B, dim, H, W]; window_size divides H and W; heads divides dim."""
     dim: int
     heads: int
     mlp_dim: int
     window_size: int
     n_blocks: int
+    flash_attn: bool = False
+    # flash_attn's whole-step oracle: tests/test_transformer_family.py (an example here would
+    # re-deal the oracle's rotating loss × optimizer combos of every later layer case)
     examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2), TensorType((2, 8, 4, 4)))]
 
     def build(self, g, x, net):
@@ -52,7 +56,7 @@ class SwinStage(Layer):
             table = g.param(f"{i}.attn.rel_pos_bias", ((2 * ws - 1) ** 2, self.heads), "normal", std=0.02)
             q, k, v = (g.op("slice", qkv, start=(0, 0, j * d), limit=(b * gh * gw, t, (j + 1) * d)) for j in range(3))
             bias = g.op("window_bias", params=[table], ws=ws, grid=(gh, gw), shift=shift)
-            y = g.op("linear", attention(g, q, k, v, self.heads, bias=bias), params=[wp, bp])
+            y = g.op("linear", attention(g, q, k, v, self.heads, bias=bias, flash=self.flash_attn), params=[wp, bp])
             y = g.op("reshape", y, dims=(b, gh, gw, ws, ws, d))
             y = g.op("reshape", g.op("transpose", y, perm=(0, 1, 3, 2, 4, 5)), dims=(b, h, w, d))
             if shift:

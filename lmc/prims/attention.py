@@ -226,23 +226,34 @@ class Embedding(Prim):
 
 @primitive("flash_attn")
 class FlashAttn(Prim):
-    """Fused attention in its memory-saving form: o = softmax(scale·q·kᵀ (causal: keys after the
-    query masked))·v per head, q [B, H, Nq, dh], k, v [B, H, Nk, dh] → [B, H, Nq, dh].  The keys
-    are processed in blocks of `block` with an online softmax (running max m and sum l), so no
-    [Nq, Nk] probability matrix is kept: fwd saves q, k, v, o and the row logsumexp
-    lse = m + log l [B, H, Nq]; bwd recomputes each block's probabilities p = exp(s − lse).
-    bwd: D = Σ_d do·o;  per block dv = pᵀ·do, ds = p·(do·vᵀ − D), dq += scale·ds·k, dk = scale·dsᵀ·q.
-    FLOPs 4·B·H·Nq·Nk·dh + 5·B·H·Nq·Nk (as the composed matmul, softmax, matmul)."""
+    """Fused attention in its memory-saving form: o = softmax(scale·(q·kᵀ (+ bias)) (causal: keys
+    after the query masked))·v per head, q [B, H, Nq, dh], k, v [B, H, Nk, dh] → [B, H, Nq, dh].
+    The optional 4th input bias [nW, H, Nq, Nk] (Swin's relative position bias + shift mask) is
+    added to the scores of each trailing group of nW batches (batch g·nW + w gets bias[w]), inside
+    the softmax's scale: the composed form's order (`_common.attention`: matmul, add, softmax).
+    The keys are processed in blocks of `block` with an online softmax (running max m and sum l),
+    so no [Nq, Nk] probability matrix is kept: fwd saves q, k, v (, bias), o and the row
+    logsumexp lse = m + log l [B, H, Nq]; bwd recomputes each block's scores (its bias block
+    added again) and probabilities p = exp(s − lse).
+    bwd: D = Σ_d do·o;  per block dv = pᵀ·do, ds = p·(do·vᵀ − D), dq += scale·ds·k, dk = scale·dsᵀ·q,
+    dbias[.., block] = scale·Σ_groups ds.
+    FLOPs 4·B·H·Nq·Nk·dh + 5·B·H·Nq·Nk (as the composed matmul, softmax, matmul; the bias add
+    not counted, as there)."""
     mixed_precision = True
-    inputs = ("q", "k", "v")
+    inputs = ("q", "k", "v", "bias")      # bias optional: 3 or 4 inputs
     params = ()
     n_inputs = 3
     examples = [(dict(scale=0.5, causal=False, block=2), [TensorType((2, 2, 3, 4))] + [TensorType((2, 2, 5, 4))] * 2, []),
                 (dict(scale=0.6, causal=True, block=2), [TensorType((1, 2, 5, 4))] * 3, []),
-                (dict(scale=0.4, causal=True, block=8), [TensorType((2, 1, 4, 2))] * 3, [])]
+                (dict(scale=0.4, causal=True, block=8), [TensorType((2, 1, 4, 2))] * 3, []),
+                # with a bias: 2 groups of 2 windows, 3 keys in blocks of 2 (the second block partial)
+                (dict(scale=0.5, causal=False, block=2), [TensorType((4, 2, 3, 2))] * 3 + [TensorType((2, 2, 3, 3))], []),
+                (dict(scale=0.7, causal=True, block=2), [TensorType((2, 1, 4, 2))] * 3 + [TensorType((1, 1, 4, 4))], [])]
 
     def infer(self, ins, ps):
-        q, k, v = ins
+        if len(ins) not in (3, 4):
+            raise ShapeError(f"flash_attn takes q, k, v and an optional bias, got {len(ins)} inputs")
+        q, k, v = ins[:3]
         if q.rank != 4 or k.dims != v.dims or k.rank != 4 or q.dims[:2] != k.dims[:2] or q.dims[3] != k.dims[3]:
             raise ShapeError(f"attention needs q [B, H, Nq, dh] and k, v [B, H, Nk, dh], got "
                              f"{q.shape_str()}, {k.shape_str()}, {v.shape_str()}")
@@ -250,26 +261,36 @@ class FlashAttn(Prim):
             raise ShapeError(f"a causal mask needs as many queries as keys, got {q.dims[2]} and {k.dims[2]}")
         b, h, nq, dh = q.dims
         nk = k.dims[2]
+        if len(ins) == 4:
+            t = ins[3]
+            if t.rank != 4 or t.dims[1:] != (h, nq, nk) or b % t.dims[0]:
+                raise ShapeError(f"an attention bias for scores [{b}, {h}, {nq}, {nk}] must be [nW, {h}, {nq}, {nk}] "
+                                 f"with nW dividing {b}, got {t.shape_str()}")
         return q, 4 * b * h * nq * nk * dh + 5 * b * h * nq * nk
 
     def saved(self, ins, ps, out):
-        q, k, v = ins
-        return [q, k, v, out, TensorType(q.dims[:3])]
+        return list(ins) + [out, TensorType(ins[0].dims[:3])]
 
     def context(self, ins, ps, out):
-        q, k, _ = ins
+        q, k = ins[:2]
         b, h, nq, dh = q.dims
         nk = k.dims[2]
+        nw = ins[3].dims[0] if len(ins) == 4 else 1
         blocks = []
         for j, s in enumerate(range(0, nk, self.block)):
             n = min(self.block, nk - s)
             blocks.append({"j": j, "start": s, "kb": TensorType((b, h, n, dh)).mlir,
                            "sb": TensorType((b, h, nq, n)).mlir, "si": TensorType((b, h, nq, n), "i32").mlir,
                            "sm": TensorType((b, h, nq, n), "i1").mlir,
-                           "sl": f"0:{b}, 0:{h}, {s}:{s + n}, 0:{dh}"})
+                           "sl": f"0:{b}, 0:{h}, {s}:{s + n}, 0:{dh}",
+                           # the bias block [nW, H, Nq, n] and the scores grouped [B/nW, nW, H, Nq, n]
+                           "bb": TensorType((nw, h, nq, n)).mlir, "s5": TensorType((b // nw, nw, h, nq, n)).mlir,
+                           "bsl": f"0:{nw}, 0:{h}, 0:{nq}, {s}:{s + n}"})
         return {"blocks": blocks, "r": TensorType((b, h, nq)).mlir, "scale_c": flt(self.scale)}
 
     @staticmethod
-    def reference(xp, q, k, v, scale, causal, block):
+    def reference(xp, q, k, v, bias=None, scale=1.0, causal=False, block=128):
         s = xp.matmul(q, xp.swapaxes(k, -1, -2))
+        if bias is not None:           # the composed form's grouped add (_common.attention)
+            s = (s.reshape((-1,) + bias.shape) + bias[None]).reshape(s.shape)
         return xp.matmul(Softmax.reference(xp, s, scale, causal), v)
