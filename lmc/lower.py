@@ -321,15 +321,11 @@ def _conv_form() -> dict:
     return _FORMS[form]
 
 
-# The primitives train.bf16_conv adds: conv's matmul form (its depthwise form has no matmul and
-# stays f32).  TODO: a Prim attribute like mixed_precision once lmc/prims/conv.py is free to edit.
-_BF16_CONV = ("conv",)
-
-
 def _bf16(node: Node, conv: bool) -> bool:
+    """Whether the node's matmuls take bf16 operands: its primitive's `mixed_precision`, or under
+    train.bf16_conv its `bf16_conv` form (conv's matmuls; Prim.bf16_conv)."""
     p = node.prim
-    return p.mixed_precision or (conv and p.name in _BF16_CONV
-                                 and not p._depthwise(p.logical(node.inputs[0].type), node.params[0].type))
+    return p.mixed_precision or (conv and p.bf16_conv([v.type for v in node.inputs], [q.type for q in node.params]))
 
 
 # train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32

@@ -45,6 +45,10 @@ class Prim:
     # its matmuls take bfloat16 operands (f32 accumulation) under the recipe's `bf16`: the
     # template reads `bf16` from the render context (templates/prims/_dot.j2)
     mixed_precision: ClassVar[bool] = False
+
+    def bf16_conv(self, ins, ps) -> bool:
+        """Whether train.bf16_conv gives this instance's matmuls bf16 operands (conv's matmul form)."""
+        return False
     # inputs whose cotangent is zero by construction (embedding's integer ids): @input_grad
     # refuses a net whose input reaches the loss only through such inputs
     constant_inputs: ClassVar[tuple[str, ...]] = ()

@@ -105,6 +105,10 @@ class Conv(Prim):
     prefer_hbwc = True
     mixes_layouts = True
 
+    def bf16_conv(self, ins, ps):
+        """The matmul form's dots (the depthwise form has none and stays f32)."""
+        return not self._depthwise(self.logical(ins[0]), ps[0])
+
     def layouts(self, ins, ps):
         """The matmul form works in HBWC; the depthwise form's shifted slices stay NCHW."""
         return ("nchw",) if self._depthwise(ins[0], ps[0]) else ("nchw", "hbwc")

@@ -27,6 +27,9 @@ class ConvDirect(Conv):
     prefer_hbwc = False
     mixes_layouts = False
 
+    def bf16_conv(self, ins, ps):
+        return False        # f32: no bf16 form checked (train.bf16_conv covers conv's matmul form)
+
     def layouts(self, ins, ps):
         return ("nchw",)        # stablehlo.convolution's NCHW/OIHW dimension numbers
 

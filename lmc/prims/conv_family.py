@@ -50,6 +50,9 @@ class DilatedConv(Conv):
         (dict(stride=2, pad=(2, 2, 1, 1), groups=1, dilation=2, layout="hbwc"), [_t(2, 2, 7, 6)], [_t(3, 2, 3, 2)]),
     ]
 
+    def bf16_conv(self, ins, ps):
+        return False        # f32: no bf16 form checked (train.bf16_conv covers conv's matmul form)
+
     @property
     def tap_spacing(self) -> int:
         return self.dilation
