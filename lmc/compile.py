@@ -55,9 +55,15 @@ def resolve_backend(backend: str | None) -> str:
     return b
 
 
+# The lowering's hint (a comment line of the module, lmc/lower.py `_packed_matmuls`): on llvm-cpu,
+# compile it with packed (data-tiled, mmt4d) matmuls.
+PACKED = "// lmc: llvm-cpu packed matmuls"
+
+
 def flags(backend: str | None = None, chip: str | None = None, text: str | None = None) -> list[str]:
     """The iree-compile flags (without input/output), extra flags last so they win; `text`, the
-    module, where a flag depends on what it contains (bf16 matmuls on llvm-cpu)."""
+    module, where a flag depends on what it contains (bf16 matmuls, the lowering's packed-matmul
+    hint on llvm-cpu)."""
     b = resolve_backend(backend)
     c = chip or os.environ.get("IREE_CHIP") or DEFAULT_CHIP[b]
     out = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={b}"]
@@ -65,11 +71,13 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
         out.append(f"--iree-llvmcpu-target-cpu={c}")
         # No --iree-global-opt-use-im2col-for-convs: the conv templates emit matmuls, not
         # stablehlo.convolution, so it has nothing left to convert (benchmarks/NOTES.md).
-        if text is not None and "xbf16>" in text:
-            # train.bf16's bf16×bf16→f32 dots: only packed (mmt4d, data-tiled) matmuls use
-            # AVX512-BF16's vdpbf16ps; without it IREE widens to f32 and is slower than f32
-            # (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).  The global-opt path:
-            # --iree-opt-data-tiling fails on these modules ("large vector sizes").
+        # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (PACKED, lower.py
+        # `_packed_matmuls`: net-dependent, benchmarks/NOTES.md) and always for train.bf16's
+        # bf16×bf16→f32 dots:
+        # only packed matmuls use AVX512-BF16's vdpbf16ps; without it IREE widens to f32 and is
+        # slower than f32 (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).  The
+        # global-opt path: --iree-opt-data-tiling fails on these modules ("large vector sizes").
+        if text is not None and ("xbf16>" in text or f"\n{PACKED}\n" in text):
             out.append("--iree-global-opt-data-tiling")
     elif b == "cuda":
         if c in ("sm_89", "sm_90", "sm_90a", "sm_100"):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .compile import PACKED
 from .config import effective_loss
 from .errors import NotImplementedKind, SpecError
 from .graph import Node
@@ -298,11 +299,31 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
         bodies.append(_input_grad(net, em, abi(net)))
     if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em))
-    out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit", "module @model {"]
+    out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
+    if _packed_matmuls(net):
+        out.append(PACKED)          # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
+    out.append("module @model {")
     out += [em.funcs[k] for k in em.funcs]
     out += bodies
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def _packed_matmuls(net: TypedNet) -> bool:
+    """Whether packing pays on llvm-cpu (benchmarks/NOTES.md, "Packed matmuls"): it does for dense
+    layers and for convs of 64+ channels or small maps (mnist_mlp −6% CPU, −21% on AVX2; resnet18
+    @32² −12%), and costs where a conv of ≤ 64 channels runs on a 28×28 or larger map — the
+    skinny matmul's big patch matrix is repacked every step (mnist_cnn +17%, cifar_cnn_bn +6%).
+    LMC_PACKED=on|off overrides (A/B)."""
+    force = os.environ.get("LMC_PACKED", "auto")
+    if force in ("on", "off"):
+        return force == "on"
+    for n in net.graph.nodes:
+        if n.prim.name == "conv" and n.prim.bf16_conv([v.type for v in n.inputs], [p.type for p in n.params]):
+            _, o, oh, ow = n.out.type.dims
+            if o <= 64 and oh * ow >= 28 * 28:
+                return False
+    return True
 
 
 # Alternative spellings of a primitive (same math, same contract, both oracle-tested).

@@ -225,3 +225,26 @@ def test_resnet18_cross_compiles_for_cuda(tmp_path):
     net = infer(load_spec(root / "specs" / "resnet18.yaml", ["train.batch_size=8", "input.height=32", "input.width=32"]))
     c = compile_module(lower(net, backend="cuda"), tmp_path / "r18.vmfb", backend="cuda", chip="sm_86")
     assert c.path.stat().st_size > 100_000
+
+
+def test_packed_matmul_hint_follows_the_nets_convs(monkeypatch):
+    # lower marks the module for packed (data-tiled) matmuls unless a ≤ 64-channel conv runs on a
+    # 28×28+ map; compile.flags turns the mark into the llvm-cpu flag (only there); LMC_PACKED wins
+    from lmc.compile import PACKED, flags
+    from lmc.infer import infer
+    from lmc.lower import lower
+    from lmc.spec import load_spec
+    root = Path(__file__).resolve().parent.parent / "specs"
+    mlp = lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
+    cnn = lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward")
+    small = lower(infer(load_spec(root / "resnet18.yaml", ["input.height=32", "input.width=32"])), "forward")
+    big = lower(infer(load_spec(root / "resnet18.yaml")), "forward")
+    assert PACKED in mlp.splitlines()[:2] and PACKED in small.splitlines()[:2]
+    assert PACKED not in cnn and PACKED not in big           # 32 channels at 28×28; 64 at 112×112
+    tiling = "--iree-global-opt-data-tiling"
+    assert tiling in flags("llvm-cpu", None, mlp) and tiling not in flags("llvm-cpu", None, cnn)
+    assert tiling not in flags("cuda", None, mlp)
+    monkeypatch.setenv("LMC_PACKED", "off")
+    assert PACKED not in lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
+    monkeypatch.setenv("LMC_PACKED", "on")
+    assert PACKED in lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward")

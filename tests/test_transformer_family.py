@@ -349,7 +349,8 @@ def test_bf16_conv_rounds_the_standard_convs_only(monkeypatch):
 
 def test_bf16_modules_get_data_tiling_on_llvm_cpu_only(monkeypatch):
     """IREE emits AVX512-BF16's vdpbf16ps only for data-tiled (mmt4d) matmuls; without it the
-    convert form is slower than f32 (benchmarks/bf16_forms.py).  An f32 module keeps its flags."""
+    convert form is slower than f32 (benchmarks/bf16_forms.py).  An f32 module gets it only where
+    the lowering asks (lower._packed_matmuls; off here)."""
     from lmc.compile import flags
     from lmc.errors import LmcError
     from lmc.lower import lower
@@ -359,7 +360,10 @@ def test_bf16_modules_get_data_tiling_on_llvm_cpu_only(monkeypatch):
     assert "xbf16>" in text
     dt = "--iree-global-opt-data-tiling"
     assert dt in flags("llvm-cpu", None, text)
+    monkeypatch.setenv("LMC_PACKED", "off")
+    assert "xbf16>" in lower(net, "train_step") and dt in flags("llvm-cpu", None, lower(net, "train_step"))
     assert dt not in flags("llvm-cpu", None, lower(infer(load_spec("v.yaml", text=VIT)), "train_step"))
+    monkeypatch.delenv("LMC_PACKED")
     assert dt not in flags("cuda", None, text) and dt not in flags("rocm", None, text)
     monkeypatch.setenv("LMC_BF16_FORM", "emulated")
     assert "xbf16>" not in lower(net, "train_step")
