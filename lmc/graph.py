@@ -66,6 +66,9 @@ class Node:
     out: Value | None = None
     layer: int = -1              # index of the spec layer this node came from
     flops: int = 0
+    # its matmuls take bf16 operands under train.bf16 although its primitive has no bf16 form
+    # of its own (the patch embed's conv: ViT's patchify is a linear layer on patches)
+    mixed: bool = False
 
 
 class Graph:
@@ -115,10 +118,11 @@ class Graph:
         return s
 
     def op(self, prim_name: str, *inputs: Value, params=(), state=(), flops: int | None = None,
-           **attrs) -> Value:
+           mixed: bool = False, **attrs) -> Value:
         """Add a primitive node.  `flops` overrides the primitive's count for this node: only
         where a layer keeps the seed's published count (which omits e.g. biases after convs,
-        or counts GELU as 8 per element), so `lmc info` agrees with the reference's numbers."""
+        or counts GELU as 8 per element), so `lmc info` agrees with the reference's numbers.
+        `mixed`: Node.mixed."""
         from .prims import make_prim
         if len(self.nodes) >= MAX_NODES:
             raise ShapeError(f"the net expands to more than {MAX_NODES:,} primitive ops; is a count "
@@ -126,7 +130,7 @@ class Graph:
         prim = make_prim(prim_name, **attrs)
         out_t, n = prim.infer([v.type for v in inputs], [p.type for p in params])
         flops = n if flops is None else flops
-        node = Node(prim, list(inputs), list(params), list(state), layer=self.layer, flops=flops)
+        node = Node(prim, list(inputs), list(params), list(state), layer=self.layer, flops=flops, mixed=mixed)
         node.out = self._value(out_t, node)
         self.nodes.append(node)
         return node.out

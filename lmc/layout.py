@@ -187,7 +187,7 @@ def place(g: Graph, output: Value, prim_for=lambda n: n.prim) -> tuple[Graph, Va
         if HBWC in (layout, out_layout):
             prim = make_prim(prim.name, layout=layout, out_layout=out_layout, **prim.attrs)
         new = Node(prim, [get(v, layout, node.layer) for v in node.inputs], node.params, node.state,
-                   layer=node.layer, flops=node.flops)
+                   layer=node.layer, flops=node.flops, mixed=node.mixed)
         new.out = out._value(physical(node.out.type, out_layout), new)
         out.nodes.append(new)
         versions[node.out.id] = {out_layout if node.out.type.rank == 4 else NCHW: new.out}

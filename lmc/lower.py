@@ -343,10 +343,12 @@ def _conv_form() -> dict:
 
 
 def _bf16(node: Node, conv: bool) -> bool:
-    """Whether the node's matmuls take bf16 operands: its primitive's `mixed_precision`, or under
-    train.bf16_conv its `bf16_conv` form (conv's matmuls; Prim.bf16_conv)."""
+    """Whether the node's matmuls take bf16 operands: its primitive's `mixed_precision`, the
+    node's own `mixed` (the patch embed), or under train.bf16_conv its `bf16_conv` form (conv's
+    matmuls; Prim.bf16_conv)."""
     p = node.prim
-    return p.mixed_precision or (conv and p.bf16_conv([v.type for v in node.inputs], [q.type for q in node.params]))
+    return p.mixed_precision or node.mixed or \
+        (conv and p.bf16_conv([v.type for v in node.inputs], [q.type for q in node.params]))
 
 
 # train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32

@@ -218,7 +218,8 @@ def test_detr_heads_train_with_the_set_loss_only():
 BF16_LOSS_RTOL, BF16_UPDATE_RTOL = 1e-2, 0.10
 
 
-# the nets: a causal block (plain or flash attention); a conv net under bf16_conv (a stride-1
+# the nets: a causal block (plain or flash attention); a ViT patch embed (its conv bf16 under bf16
+# alone) + block; a conv net under bf16_conv (a stride-1
 # conv and a stride-2 residual block: the conv template's forward, dW and phase-split dx
 # matmuls; batch norm stays f32)
 BF16_NETS = {
@@ -226,6 +227,8 @@ BF16_NETS = {
                                              causal_mask=True))], (4, 6, 8), {}),
     "causal_flash": ([("transformer_encoder", dict(dim=8, heads=2, mlp_dim=16, n_blocks=1, keep_sequence=True,
                                                    causal_mask=True, flash_attn=True))], (4, 6, 8), {}),
+    "vit_patch": ([("patch_embed", dict(ic=2, dim=8, patch_size=2, n_patches=9)),     # the patch embed's conv
+                   ("transformer_encoder", dict(dim=8, heads=2, mlp_dim=16, n_blocks=1))], (4, 2, 6, 6), {}),
     "conv_bf16_conv": ([("conv2d", dict(ic=2, oc=4, k_size=3)),
                         ("residual_block", dict(ic=4, oc=4, n_blocks=1, first_stride=2))], (4, 2, 6, 6),
                        {"bf16_conv": True}),
@@ -234,6 +237,7 @@ BF16_NETS = {
 
 @pytest.mark.iree
 @pytest.mark.parametrize("case,form", [("causal", "convert"), ("causal_flash", "convert"), ("causal", "emulated"),
+                                       ("vit_patch", "convert"),
                                        ("conv_bf16_conv", "convert"), ("conv_bf16_conv", "emulated")])
 def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form, monkeypatch):
     pytest.importorskip("jax")
@@ -249,7 +253,7 @@ def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form, monkeypatch):
     text, text32 = lower(net, "train_step"), lower(net32, "train_step")
     assert "xui32>" in text and "xui32>" not in text32           # the bf16 rounding of the operands
     assert ("xbf16>" in text) == (form == "convert")              # … then bf16×bf16→f32 dots
-    if extra:                                                     # the convs' own matmuls: not only the head's
+    if extra or case == "vit_patch":                              # the convs' own matmuls: not only the head's
         convs = [f for f in text.split("func.func private @")[1:] if f.startswith("conv_")]
         assert convs and all("xui32>" in f for f in convs)
     a = abi(net)

@@ -43,14 +43,14 @@ def act(g, x, kind):
     return g.op("act", x, kind=kind)
 
 
-def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False, bias_flops=None):
+def conv(g, x, name, ic, oc, k, stride, style, groups=1, bias=False, bias_flops=None, mixed=False):
     """A convolution (optionally with bias).  Weight [oc, ic/groups, k, k], He init (fan-out).
     bias_flops=0: the bias is not counted (the seed's FLOP count for the kinds that were
-    spec-only, which `lmc info` keeps)."""
+    spec-only, which `lmc info` keeps).  mixed: bf16 operands under train.bf16 (Node.mixed)."""
     h, w = x.type.dims[2:]
     wt = g.param(f"{name}weight", (oc, ic // groups, k, k), "he",
                  fan_in=(ic // groups) * k * k, fan_out=(oc // groups) * k * k)
-    y = g.op("conv", x, params=[wt], stride=stride, pad=pads(h, w, k, stride, style), groups=groups)
+    y = g.op("conv", x, params=[wt], stride=stride, pad=pads(h, w, k, stride, style), groups=groups, mixed=mixed)
     if bias:
         b = g.param(f"{name}bias", (oc,), "zeros")
         y = g.op("bias", y, params=[b], flops=bias_flops)

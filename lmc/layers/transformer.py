@@ -60,7 +60,8 @@ class PatchEmbed(Layer):
                              f"{h // ps}x{w // ps} = {n} patches")
         d = self.dim
         # He fan-in: conv's (ic·p·p); the seed's FLOPs count the conv and the position add only
-        y = conv(g, x, "", self.ic, d, ps, ps, "valid", bias=True, bias_flops=0)
+        # mixed: its matmuls are the token path's (bf16 under train.bf16, as the linears)
+        y = conv(g, x, "", self.ic, d, ps, ps, "valid", bias=True, bias_flops=0, mixed=True)
         y = g.op("reshape", g.op("transpose", y, perm=(0, 2, 3, 1)), dims=(b, n, d))
         cls = g.op("broadcast", params=[g.param("cls", (d,), "zeros")], dims=(b, 1, d))
         pos = g.param("pos", (n + 1, d), "normal", std=math.sqrt(2.0 / (n + 1)))
