@@ -45,10 +45,6 @@ class Prim:
     # its matmuls take bfloat16 operands (f32 accumulation) under the recipe's `bf16`: the
     # template reads `bf16` from the render context (templates/prims/_dot.j2)
     mixed_precision: ClassVar[bool] = False
-
-    def bf16_conv(self, ins, ps) -> bool:
-        """Whether train.bf16_conv gives this instance's matmuls bf16 operands (conv's matmul form)."""
-        return False
     # inputs whose cotangent is zero by construction (embedding's integer ids): @input_grad
     # refuses a net whose input reaches the loss only through such inputs
     constant_inputs: ClassVar[tuple[str, ...]] = ()
@@ -61,8 +57,8 @@ class Prim:
     # convs, norms, activations and pools needs no transposes between them.  That form is the
     # instance made with layout="hbwc" (`self.layout`; the template reads `hbwc`): it is
     # rendered with those physical types, and its context()/saved() receive them too
-    # (`self.logical(t)` gives the NCHW type back).  prefer_hbwc: take HBWC even when the input
-    # comes NCHW (conv: its matmuls need HBWC patches either way).
+    # (`self.logical(t)` gives the NCHW type back).  prefer_hbwc: it pulls an HBWC run toward
+    # it, even from an NCHW input (conv: its matmuls need HBWC patches either way).
     # mixes_layouts: its output's layout may differ from its inputs' (`out_layout`; the
     # template reads `hbwc_out`) — conv converts on either side for free, inside its matmuls.
     prefer_hbwc: ClassVar[bool] = False
@@ -74,6 +70,10 @@ class Prim:
         self.out_layout = out_layout or layout
         for k, v in attrs.items():
             setattr(self, k, v)
+
+    def bf16_conv(self, ins, ps) -> bool:
+        """Whether train.bf16_conv gives this instance's matmuls bf16 operands (conv's matmul form)."""
+        return False
 
     def layouts(self, ins: list[TensorType], ps: list[TensorType]) -> tuple[str, ...]:
         """The layouts this instance can take for its (logical) input types."""
