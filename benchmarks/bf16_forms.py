@@ -83,11 +83,7 @@ def main():
                 step, _ = stepper(net, m)
                 cands[f"{row}/{form}" + ("+dt" if fl else "")] = (lambda step=step: [step() for _ in range(args.block)])
         os.environ.pop("LMC_BF16_FORM", None)
-    print(micro.load_avg(), flush=True)
-    r = micro.interleave(cands, reps=args.reps, cpu=True)
-    for k, (wall, cpu) in r.items():
-        print(f"{k:20s} {wall / args.block:8.2f} ms  CPU {cpu / args.block:8.2f} ms")
-    print(micro.load_avg())
+    micro.report_blocks(cands, args.reps, args.block)
 
 
 if __name__ == "__main__":

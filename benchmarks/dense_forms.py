@@ -75,11 +75,7 @@ def main():
             m = micro.load(variant(text, form), [f"--iree-llvmcpu-target-cpu={name}"] + [f for f in extra.split(",") if f])
             step, _ = stepper(net, m)
             cands[f"{cpu}/{form}"] = (lambda step=step: [step() for _ in range(args.block)])
-    print(micro.load_avg(), flush=True)
-    r = micro.interleave(cands, reps=args.reps, cpu=True)
-    for k, (w, c) in r.items():
-        print(f"{k:24s} {w / args.block:6.2f} ms  CPU {c / args.block:6.2f} ms")
-    print(micro.load_avg())
+    micro.report_blocks(cands, args.reps, args.block)
 
 
 if __name__ == "__main__":

@@ -66,3 +66,14 @@ def interleave(cands: dict, reps: int = 7, warmup: int = 1, cpu: bool = False) -
 
 def load_avg() -> str:
     return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
+def report_blocks(cands: dict, reps: int, block: int):
+    """Time candidates that each run `block` calls (interleave, CPU time too) and print ms per
+    call, with the load average before and after."""
+    print(load_avg(), flush=True)
+    r = interleave(cands, reps=reps, cpu=True)
+    width = max(len(k) for k in r) + 2
+    for k, (wall, cpu) in r.items():
+        print(f"{k:{width}s} {wall / block:8.2f} ms  CPU {cpu / block:8.2f} ms")
+    print(load_avg())

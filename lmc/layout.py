@@ -118,7 +118,11 @@ def channel_sums(t: TensorType, layout: str) -> dict:
 
 
 def enabled() -> bool:
-    return os.environ.get("LMC_LAYOUT", HBWC) != NCHW
+    v = os.environ.get("LMC_LAYOUT", HBWC)
+    if v not in (NCHW, HBWC):
+        from .errors import LmcError
+        raise LmcError(f"LMC_LAYOUT={v!r}: expected hbwc (the default) or nchw")
+    return v == HBWC
 
 
 def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:

@@ -316,10 +316,13 @@ def _packed_matmuls(net: TypedNet) -> bool:
     skinny matmul's big patch matrix is repacked every step (mnist_cnn +17%, cifar_cnn_bn +6%).
     LMC_PACKED=on|off overrides (A/B)."""
     force = os.environ.get("LMC_PACKED", "auto")
-    if force in ("on", "off"):
+    if force not in ("auto", "on", "off"):
+        from .errors import LmcError
+        raise LmcError(f"LMC_PACKED={force!r}: expected auto, on or off")
+    if force != "auto":
         return force == "on"
     for n in net.graph.nodes:
-        if n.prim.name == "conv" and n.prim.bf16_conv([v.type for v in n.inputs], [p.type for p in n.params]):
+        if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]):
             _, o, oh, ow = n.out.type.dims
             if o <= 64 and oh * ow >= 28 * 28:
                 return False
@@ -708,30 +711,24 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
     pins, pout = [physical(t, prim.layout) for t in ins], physical(out, prim.out_layout)
     r = render_prim(prim, pins, ps, pout)
     a = [f"%i{k}: {t.mlir}" for k, t in enumerate(ins)] + [f"%q{k}: {t.mlir}" for k, t in enumerate(ps)]
-    edge = []           # the inputs in the primitive's layout
 
-    def conv(v, t, pt, perm, name):
-        if t == pt:
+    def moved(lines, v, name, src, dst, perm):
+        """v (type src) as type dst: a transpose appended to lines as `name`, or v itself."""
+        if src == dst:
             return v
-        edge.append(f"    {name} = stablehlo.transpose {v}, dims = {list(perm)} : ({t.mlir}) -> {pt.mlir}")
+        lines.append(f"    {name} = stablehlo.transpose {v}, dims = {list(perm)} : ({src.mlir}) -> {dst.mlir}")
         return name
-    names = [conv(f"%i{k}", t, pt, TO_HBWC, f"%ip{k}") for k, (t, pt) in enumerate(zip(ins, pins))] + \
+    edge = []           # the inputs in the primitive's layout
+    names = [moved(edge, f"%i{k}", f"%ip{k}", t, pt, TO_HBWC) for k, (t, pt) in enumerate(zip(ins, pins))] + \
             [f"%q{k}" for k in range(len(ps))]
     types = [t.mlir for t in pins] + [t.mlir for t in ps]
     fouts = [pout.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
     call_f = (f"    %f:{len(fouts)} = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> ({', '.join(fouts)})"
               if len(fouts) > 1 else
               f"    %f0 = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> {pout.mlir}")
-    y = "%f#0" if len(fouts) > 1 else "%f0"
-    y_edge = []
-    if pout != out:
-        y_edge = [f"    %yl = stablehlo.transpose {y}, dims = {list(TO_NCHW)} : ({pout.mlir}) -> {out.mlir}"]
-        y = "%yl"
-    dy_edge = []
-    dy = "%dy"
-    if pout != out:
-        dy_edge = [f"    %dyp = stablehlo.transpose %dy, dims = {list(TO_HBWC)} : ({out.mlir}) -> {pout.mlir}"]
-        dy = "%dyp"
+    y_edge, dy_edge = [], []
+    y = moved(y_edge, "%f#0" if len(fouts) > 1 else "%f0", "%yl", pout, out, TO_NCHW)
+    dy = moved(dy_edge, "%dy", "%dyp", out, pout, TO_HBWC)
     saved = [f"%f#{1 + k}" for k in range(len(r.saved))]
     bargs = [dy] + saved + [f"%q{k}" for k in range(len(ps))]
     btypes = [pout.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in ps]
@@ -740,12 +737,10 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
     nb = len(bouts)
     call_b = (f"    %g:{nb} = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> ({', '.join(pbouts)})"
               if nb > 1 else f"    %g0 = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> {pbouts[0]}")
-    gouts = [f"%g#{k}" for k in range(nb)] if nb > 1 else ["%g0"]
     g_edge = []
-    for k, (t, pt) in enumerate(zip(ins, pins)):
-        if t != pt:
-            g_edge.append(f"    %gl{k} = stablehlo.transpose {gouts[k]}, dims = {list(TO_NCHW)} : ({pt.mlir}) -> {t.mlir}")
-            gouts[k] = f"%gl{k}"
+    gouts = [moved(g_edge, gv, f"%gl{k}", pt, t, TO_NCHW)
+             for k, (gv, t, pt) in enumerate(zip([f"%g#{k}" for k in range(nb)] if nb > 1 else ["%g0"],
+                                                 list(ins) + list(ps), list(pins) + list(ps)))]
     statsf = []
     if r.stats:
         touts = [t.mlir for t in r.stats]
@@ -758,11 +753,11 @@ def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
         st = [f"%st{k}: {t.mlir}" for k, t in enumerate(state)]
         enames = names + [f"%st{k}" for k in range(len(state))]
         etypes = types + [t.mlir for t in state]
-        e_edge = [f"    %el = stablehlo.transpose %e, dims = {list(TO_NCHW)} : ({pout.mlir}) -> {out.mlir}"] \
-            if pout != out else []
+        e_edge = []
+        e = moved(e_edge, "%e", "%el", pout, out, TO_NCHW)
         evalf = [f"  func.func @eval({', '.join(a + st)}) -> {out.mlir} {{", *edge,
                  f"    %e = func.call @{r.eval}({', '.join(enames)}) : ({', '.join(etypes)}) -> {pout.mlir}",
-                 *e_edge, f"    return {'%el' if e_edge else '%e'} : {out.mlir}", "  }"]
+                 *e_edge, f"    return {e} : {out.mlir}", "  }"]
     return "\n".join([
         "module @model {", r.text,
         f"  func.func @forward({', '.join(a)}) -> {out.mlir} {{", *edge, call_f, *y_edge,

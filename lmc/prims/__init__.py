@@ -71,9 +71,13 @@ class Prim:
         for k, v in attrs.items():
             setattr(self, k, v)
 
-    def bf16_conv(self, ins, ps) -> bool:
-        """Whether train.bf16_conv gives this instance's matmuls bf16 operands (conv's matmul form)."""
+    def conv_matmuls(self, ins, ps) -> bool:
+        """Whether this instance computes a convolution as patch matmuls (conv's matmul form)."""
         return False
+
+    def bf16_conv(self, ins, ps) -> bool:
+        """Whether train.bf16_conv gives this instance's matmuls bf16 operands: its conv matmuls."""
+        return self.conv_matmuls(ins, ps)
 
     def layouts(self, ins: list[TensorType], ps: list[TensorType]) -> tuple[str, ...]:
         """The layouts this instance can take for its (logical) input types."""

@@ -105,8 +105,8 @@ class Conv(Prim):
     prefer_hbwc = True
     mixes_layouts = True
 
-    def bf16_conv(self, ins, ps):
-        """The matmul form's dots (the depthwise form has none and stays f32)."""
+    def conv_matmuls(self, ins, ps):
+        """The matmul form (the depthwise form has none: elementwise taps)."""
         return not self._depthwise(self.logical(ins[0]), ps[0])
 
     def layouts(self, ins, ps):

@@ -27,8 +27,8 @@ class ConvDirect(Conv):
     prefer_hbwc = False
     mixes_layouts = False
 
-    def bf16_conv(self, ins, ps):
-        return False        # f32: no bf16 form checked (train.bf16_conv covers conv's matmul form)
+    def conv_matmuls(self, ins, ps):
+        return False        # stablehlo.convolution, no patch matmuls
 
     def layouts(self, ins, ps):
         return ("nchw",)        # stablehlo.convolution's NCHW/OIHW dimension numbers
