@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -92,6 +93,7 @@ class Mpi:
                 msg = (f"rank {self.rank}: the other ranks did not join the {what} of step {self.step} within "
                        f"{self.timeout:g} s (a rank died or hangs); aborting the job")
                 print(f"error: {msg}", file=sys.stderr, flush=True)
+                report(f"error: {msg}")
                 self.abort(3)
             if pause:
                 time.sleep(pause)
@@ -155,6 +157,23 @@ class Mpi:
         self._wait([self.comm.Iallgatherv([data, MPI.BYTE], [out, (lens, offs), MPI.BYTE])], "gather")
         return [pickle.loads(out[o:o + k].tobytes()) for o, k in zip(offs, lens)]
 
+
+
+def report(line: str) -> None:
+    """Append a rank's last words to the launcher's report file (`LMC_DIST_REPORT`): MPI_Abort
+    can kill the I/O forwarders before a rank's stderr reaches the console, so `launch` prints
+    whatever of this file it did not see."""
+    path = os.environ.get("LMC_DIST_REPORT")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line.rstrip("\n") + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def current(timeout: float | None = None):
@@ -255,6 +274,16 @@ def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, 
     if devices:
         env["LMC_DEVICES"] = ",".join(devices)
     cmd = [exe, "-n", str(nproc), sys.executable, "-m", "lmc", *argv]
+    fd, report_path = tempfile.mkstemp(prefix="lmc-dist-", suffix=".log")
+    os.close(fd)
+    env["LMC_DIST_REPORT"] = report_path
+    try:
+        return _supervise(cmd, env, console_err, metrics, Path(report_path))
+    finally:
+        Path(report_path).unlink(missing_ok=True)
+
+
+def _supervise(cmd, env, console_err, metrics: Path, report_path: Path) -> int:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     seen: list[str] = []
 
@@ -276,6 +305,12 @@ def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, 
     for t in threads:
         t.join(timeout=5)
     text = "".join(seen)
+    try:
+        lost = [x for x in report_path.read_text().splitlines() if x and x not in text]
+    except OSError:
+        lost = []
+    for line in lost:                            # a rank's message the abort cut off
+        console_err(line)
     died = [(int(m.group(1)), m.group(2), int(m.group(3))) for m in _PID.finditer(text)]
     if rc != 0 and died:
         pids = rank_pids(metrics)

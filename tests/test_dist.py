@@ -301,3 +301,21 @@ def test_nproc_under_a_launcher_must_match(tmp_path):
 def test_data_parallel_options_are_refused_where_they_do_nothing(tmp_path, args, msg):
     r = lmc_cli("train", MLP, "--steps", 1, *args, "--out", tmp_path / "r", timeout=120)
     assert r.returncode == 2 and msg in r.stderr, r.stderr[-2000:]
+
+
+def test_the_launcher_prints_a_rank_message_the_abort_cut_off(tmp_path):
+    """MPI_Abort can kill the I/O forwarders before a rank's last stderr line arrives; the
+    rank also writes it to the launcher's report file, and the launcher prints what it missed."""
+    from lmc.dist import _supervise
+    rep = tmp_path / "report.log"
+    said: list[str] = []
+    code = "from lmc.dist import report; report('error: rank 0: lost words'); raise SystemExit(3)"
+    rc = _supervise([sys.executable, "-c", code], {**ENV, "LMC_DIST_REPORT": str(rep)}, said.append,
+                    tmp_path / "metrics.jsonl", rep)
+    assert rc == 3 and said == ["error: rank 0: lost words"]
+    code = "import sys; from lmc.dist import report; print('error: seen', file=sys.stderr); report('error: seen')"
+    rep.unlink()
+    said.clear()
+    assert _supervise([sys.executable, "-c", code], {**ENV, "LMC_DIST_REPORT": str(rep)}, said.append,
+                      tmp_path / "metrics.jsonl", rep) == 0
+    assert said == []                                # printed once, not twice
