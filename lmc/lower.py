@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import inplace
 from .compile import PACKED
 from .config import effective_loss
 from .errors import NotImplementedKind, SpecError
@@ -591,6 +592,8 @@ def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     rets = _rets_poe(a, new_p, new_o, new_e)
     rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
     rets += [(loss, SCALAR), (correct, SCALAR)]
+    # new state tensors written over their arguments where every read is ordered first (inplace.py)
+    args = inplace.tie(args, em.lines, rets, len(N.args(a, "POES")), em.funcs)
     return _func("train_step", args, em, rets)
 
 

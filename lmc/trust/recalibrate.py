@@ -32,15 +32,17 @@ def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) 
     up = mod.upload
     nc = net.num_classes or 1
     batcher = Batcher(ds, net.batch, seed=cfg.seed, shuffle=True, labels=lambda y: a.loss.fit_labels(y, nc, cfg))
-    P = [up(p) for p in params]
+    # host arrays for what the step updates and this discards: each call copies them into fresh
+    # buffers, as @train_step writes its new state over its arguments (lmc/inplace.py)
+    P = [np.asarray(p, np.float32) for p in params]
     S = [up(s) for s in init_tensors(net, cfg.seed)[1]]        # any start: the first batch replaces it (m = 0)
     hp = a.hp_vector(cfg, 0.0, 1)
     ib = a.hp.index("bn_momentum")
     if a.accum == 1:
-        O = [up(o) for o in a.initial_opt()]
+        O = list(a.initial_opt())
         E = P if a.ema else []
     else:
-        G = [up(np.zeros(p.type.dims, np.float32)) for p in net.params]
+        G = [np.zeros(p.type.dims, np.float32) for p in net.params]
     spe = batcher.steps_per_epoch
     nP = len(P)
     for k in range(n_batches):
