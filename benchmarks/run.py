@@ -102,6 +102,10 @@ def _serve(conn, name: str, spec: str, sets: list[str]):
         if name.endswith("_avx2"):
             os.environ.update(AVX2_ENV)         # before JAX / PyTorch initialise, and before lmc compiles
             name = name[:-len("_avx2")]
+        if name.startswith("lmc@"):             # lmc with an environment switch (LMC_INPLACE=off …)
+            key, _, val = name[len("lmc@"):].partition("=")
+            os.environ[key] = val
+            name = "lmc"
         net = infer(load_spec(ROOT / spec, sets))
         if name == "lmc" or name.startswith("lmc+"):
             call, info = lmc_candidate(net, name.partition("+")[2] or None)
@@ -326,6 +330,8 @@ def main():
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
     ap.add_argument("--lmc-forms", nargs="*", default=[],
                     help="also lmc with the dense dW rewritten (benchmarks/dense_forms.py forms), as candidates lmc+FORM")
+    ap.add_argument("--lmc-env", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="also lmc with an environment switch set (e.g. LMC_INPLACE=off), as candidates lmc@KEY=VALUE")
     ap.add_argument("--lmc-only", action="store_true", help="no peers (with --lmc-forms: an lmc-only A/B)")
     ap.add_argument("--avx2", action="store_true",
                     help="also run every candidate restricted to AVX2 (emulates a Zen 3 class CPU's ISA; AVX2_ENV)")
@@ -333,7 +339,8 @@ def main():
     ap.add_argument("--results", type=Path, help="write the results table (Markdown) here")
     args = ap.parse_args()
     which = tuple(p for p in PEERS if not (p == "torch_compile" and args.no_torch_compile))
-    which = tuple(f"lmc+{f}" for f in args.lmc_forms) + (which if not args.lmc_only else ())
+    which = (tuple(f"lmc+{f}" for f in args.lmc_forms) + tuple(f"lmc@{e}" for e in args.lmc_env)
+             + (which if not args.lmc_only else ()))
     if args.avx2:
         which = which + ("lmc_avx2",) + tuple(p + "_avx2" for p in which)
     rows = []
@@ -343,6 +350,11 @@ def main():
         row = run_net(spec, sets, args.steps, which)
         rows.append(row)
         print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+        extra = [k for k in row if k.startswith(("lmc+", "lmc@"))]
+        if extra:                                   # an lmc-variant A/B: wall (CPU) ms per step
+            print("  " + ", ".join(f"{k} {row[k] or float('nan'):.2f} ({row['cpu'].get(k) or float('nan'):.2f})"
+                                   for k in ["lmc", *extra]),
+                  file=sys.stderr, flush=True)
     m = machine()
     print()
     print(table(rows))

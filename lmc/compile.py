@@ -60,6 +60,13 @@ def resolve_backend(backend: str | None) -> str:
 PACKED = "// lmc: llvm-cpu packed matmuls"
 
 
+def runtime_workers() -> int:
+    """How many task workers the llvm-cpu runtime will run (lmc/runtime.py): LMC_TASK_WORKERS
+    when set (data-parallel ranks get their share of the cores), else one per core."""
+    n = os.environ.get("LMC_TASK_WORKERS", "")
+    return int(n) if n.isdigit() and int(n) > 0 else (os.cpu_count() or 1)
+
+
 def flags(backend: str | None = None, chip: str | None = None, text: str | None = None) -> list[str]:
     """The iree-compile flags (without input/output), extra flags last so they win; `text`, the
     module, where a flag depends on what it contains (bf16 matmuls, the lowering's packed-matmul
@@ -69,6 +76,10 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
     out = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={b}"]
     if b == "llvm-cpu":
         out.append(f"--iree-llvmcpu-target-cpu={c}")
+        # the runtime's worker count (LMC_TASK_WORKERS, else the cores), not IREE's default of 8:
+        # it caps each dispatch at 2× that many workgroups (train step −2…−7% on 2 cores,
+        # benchmarks/NOTES.md)
+        out.append(f"--iree-llvmcpu-number-of-threads={runtime_workers()}")
         # No --iree-global-opt-use-im2col-for-convs: the conv templates emit matmuls, not
         # stablehlo.convolution, so it has nothing left to convert (benchmarks/NOTES.md).
         # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (PACKED, lower.py

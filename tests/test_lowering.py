@@ -244,6 +244,10 @@ def test_packed_matmul_hint_follows_the_nets_convs(monkeypatch):
     tiling = "--iree-global-opt-data-tiling"
     assert tiling in flags("llvm-cpu", None, mlp) and tiling not in flags("llvm-cpu", None, cnn)
     assert tiling not in flags("cuda", None, mlp)
+    # workgroup counts sized for the runtime's workers (LMC_TASK_WORKERS, else the cores)
+    monkeypatch.setenv("LMC_TASK_WORKERS", "3")
+    assert "--iree-llvmcpu-number-of-threads=3" in flags("llvm-cpu", None, mlp)
+    assert not any("number-of-threads" in f for f in flags("cuda", None, mlp))
     monkeypatch.setenv("LMC_PACKED", "off")
     assert PACKED not in lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
     monkeypatch.setenv("LMC_PACKED", "on")
