@@ -17,6 +17,12 @@ where the module's SSA text proves every read of A is finished before v is compu
 - Inside the producing op (an optimizer, EMA or BN-statistics template) every element is read
   before it is written in the same elementwise dispatch.
 
+The same holds for gradient accumulation and data-parallel steps: @apply_step writes P', O',
+E' over P, O, E (its zeros for G would be written while G is still read, so G is refused);
+@grad_step writes S' over S but not G' over G, because the G a cycle starts from is
+@apply_step's zeros — a constant, whose buffer IREE may return shared and read-only.  A caller
+must never pass, for a tied argument, a buffer it still needs, or one buffer twice.
+
 `LMC_INPLACE=off` leaves every result in a fresh buffer (the A/B switch)."""
 from __future__ import annotations
 
@@ -146,12 +152,13 @@ class Deps:
         return got
 
 
-def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], n_state: int,
+def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], pairs,
         funcs: dict[str, str] | None = None) -> list[str]:
-    """args: the entry point's "%name: type" strings, the first n_state tied in order to the
-    first n_state results (rets: (value, type)); lines: its body; funcs: the module's private
-    functions (what each call's results are computed from).  Returns args with the
-    `iree.abi.output` attribute on each argument whose result can safely be written over it."""
+    """args: the entry point's "%name: type" strings; rets: its results (value, type); pairs:
+    (argument index, result index) of each state tensor and its new value; lines: the body;
+    funcs: the module's private functions (what each call's results are computed from).
+    Returns args with `iree.abi.output` on each argument whose result can safely be written
+    over it."""
     if not enabled():
         return args
     try:
@@ -162,8 +169,8 @@ def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], n_state:
     out = list(args)
     names = [x.split(":", 1)[0] for x in args]
     done: set[str] = set()
-    for k in range(n_state):
-        a, v = names[k], rets[k][0]
+    for j, k in pairs:
+        a, v = names[j], rets[k][0]
         p = g.op_of.get(v)
         if p is None or v in done:               # passed through unchanged, or returned twice
             continue
@@ -173,6 +180,6 @@ def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], n_state:
             return args
         if all(o in before for i, vals in enumerate(g.defs) if i != p
                for o in vals if o in live and a in g.src[o]):
-            out[k] = f"{args[k]} {{iree.abi.output = {k} : index}}"
+            out[j] = f"{args[j]} {{iree.abi.output = {k} : index}}"
             done.add(v)
     return out

@@ -593,7 +593,8 @@ def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
     rets += [(loss, SCALAR), (correct, SCALAR)]
     # new state tensors written over their arguments where every read is ordered first (inplace.py)
-    args = inplace.tie(args, em.lines, rets, len(N.args(a, "POES")), em.funcs)
+    n = len(N.args(a, "POES"))
+    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n)], em.funcs)
     return _func("train_step", args, em, rets)
 
 
@@ -627,6 +628,10 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
         rets.append((acc, p.type.mlir))
     rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
     rets += [(loss, SCALAR), (correct, SCALAR)]
+    # S' over S (args P, S, G; results G', S').  G' gets a fresh buffer: the G a cycle starts
+    # from is @apply_step's zeros, a constant IREE may hand out shared and read-only
+    nP, nS = len(a.params), len(a.state)
+    args = inplace.tie(args, em.lines, rets, [(nP + i, nP + i) for i in range(nS)], em.funcs)
     return _func("grad_step", args, em, rets)
 
 
@@ -645,6 +650,9 @@ def _apply_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
         grads[p.name] = gs
     new_p, new_o, new_e = _update(net, em, a, N, grads)
     rets = _rets_poe(a, new_p, new_o, new_e) + [(_zeros(em, p.type.mlir), p.type.mlir) for p in a.params]
+    # P', O', E' over their arguments (G stays: its zeros would be written while G is read)
+    n = len(N.args(a, "POE"))
+    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n + len(a.params))], em.funcs)
     return _func("apply_step", args, em, rets)
 
 
