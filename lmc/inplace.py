@@ -168,11 +168,14 @@ def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], pairs,
         return args                              # (tests/test_inplace.py: none of specs/)
     out = list(args)
     names = [x.split(":", 1)[0] for x in args]
-    done: set[str] = set()
+    returned = [v for v, _ in rets]
     for j, k in pairs:
         a, v = names[j], rets[k][0]
         p = g.op_of.get(v)
-        if p is None or v in done:               # passed through unchanged, or returned twice
+        # not: an argument passed through unchanged; a value returned twice (the caller would
+        # get one buffer for two tensors); an argument also returned as itself (that result
+        # would show the new contents)
+        if p is None or returned.count(v) > 1 or a in returned:
             continue
         try:
             before = g.upstream(v)
@@ -181,5 +184,4 @@ def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], pairs,
         if all(o in before for i, vals in enumerate(g.defs) if i != p
                for o in vals if o in live and a in g.src[o]):
             out[j] = f"{args[j]} {{iree.abi.output = {k} : index}}"
-            done.add(v)
     return out

@@ -54,8 +54,12 @@ def test_an_unordered_read_is_refused():
     ordered = ["    %u = stablehlo.multiply %a, %x : tensor<4xf32>",
                "    %n = stablehlo.add %u, %a : tensor<4xf32>"]
     assert "iree.abi.output = 0" in tie(args, ordered, [("%n", "tensor<4xf32>"), ("%u", "tensor<4xf32>")], [(0, 0)])[0]
-    # a passed-through argument is not tied (nothing is written)
+    # a passed-through argument is not tied (nothing is written), nor one whose old value is
+    # also returned, nor a value returned twice
     assert tie(args, body, [("%a", "tensor<4xf32>"), ("%u", "tensor<4xf32>")], [(0, 0)]) == args
+    two = [("%n", "tensor<4xf32>"), ("%a", "tensor<4xf32>")]
+    assert tie(args, ordered, two, [(0, 0)]) == args
+    assert tie(args, ordered, [("%n", "tensor<4xf32>"), ("%n", "tensor<4xf32>")], [(0, 0)]) == args
 
 
 def test_call_results_depend_only_on_what_the_callee_reads():
