@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CompileError
+from .errors import CompileError, LmcError
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
 DEFAULT_CHIP = {"cuda": "sm_86", "rocm": "gfx1100", "llvm-cpu": "host"}
@@ -60,11 +60,20 @@ def resolve_backend(backend: str | None) -> str:
 PACKED = "// lmc: llvm-cpu packed matmuls"
 
 
+def task_workers_env() -> int | None:
+    """LMC_TASK_WORKERS (data-parallel ranks get their share of the cores), None when unset."""
+    n = os.environ.get("LMC_TASK_WORKERS")
+    if not n:
+        return None
+    if not n.isdigit() or int(n) < 1:
+        raise LmcError(f"LMC_TASK_WORKERS={n!r}: expected a positive number of worker threads")
+    return int(n)
+
+
 def runtime_workers() -> int:
     """How many task workers the llvm-cpu runtime will run (lmc/runtime.py): LMC_TASK_WORKERS
-    when set (data-parallel ranks get their share of the cores), else one per core."""
-    n = os.environ.get("LMC_TASK_WORKERS", "")
-    return int(n) if n.isdigit() and int(n) > 0 else (os.cpu_count() or 1)
+    when set, else one per core."""
+    return task_workers_env() or os.cpu_count() or 1
 
 
 def flags(backend: str | None = None, chip: str | None = None, text: str | None = None) -> list[str]:

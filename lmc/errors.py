@@ -92,3 +92,13 @@ class DataError(LmcError):
 
 class TrainError(LmcError):
     """Training cannot start or had to stop (NaN loss, missing device, bad checkpoint)."""
+
+
+def switch(name: str, allowed, default: str) -> str:
+    """An `LMC_*` environment switch (A/B and escape hatches: LMC_LAYOUT, LMC_PACKED, …): its
+    value, the default when unset; an unknown value is refused, never read as the default."""
+    import os
+    v = os.environ.get(name, default)
+    if v not in allowed:
+        raise LmcError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")
+    return v

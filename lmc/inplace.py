@@ -26,26 +26,20 @@ must never pass, for a tied argument, a buffer it still needs, or one buffer twi
 `LMC_INPLACE=off` leaves every result in a fresh buffer (the A/B switch)."""
 from __future__ import annotations
 
-import os
 import re
 
-from .errors import LmcError
+from .errors import switch
 
 _DEF = re.compile(r"^\s*(%[\w.$-]+)(?::(\d+))? = ")
 _VAL = re.compile(r"%[\w.$-]+(?:#\d+)?")
 _ARG = re.compile(r"(%[\w.$-]+): ")
-
-
-def enabled() -> bool:
-    v = os.environ.get("LMC_INPLACE", "on")
-    if v not in ("on", "off"):
-        raise LmcError(f"LMC_INPLACE={v!r}: expected on or off")
-    return v == "on"
-
-
 _CALL = re.compile(r"func\.call @([\w.$-]+)\(")
 _HEAD = re.compile(r"func\.func (?:private )?@([\w.$-]+)\((.*?)\) -> ")
 _RET = re.compile(r"^\s*(?:func\.)?return (.*?) :")
+
+
+def enabled() -> bool:
+    return switch("LMC_INPLACE", ("on", "off"), "on") == "on"
 
 
 class _Graph:
@@ -54,7 +48,6 @@ class _Graph:
     per callee: result → argument positions); every other op's results on all its operands."""
 
     def __init__(self, lines: list[str], deps=None, strict: bool = True):
-        self.lines = list(lines)
         self.defs: list[list[str]] = []          # per op: the values it defines
         self.uses: list[list[str]] = []          # per op: its operand values
         self.op_of: dict[str, int] = {}          # value → defining op
@@ -62,7 +55,7 @@ class _Graph:
         self._up: dict[str, frozenset] = {}
         depth = 0                                # inside a region: its lines belong to its op
         local: set[str] = set()                  # the region's block arguments and values
-        for line in self.lines:
+        for line in lines:
             m = None if depth > 0 else _DEF.match(line)
             if depth == 0:
                 local = set()

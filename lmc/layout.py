@@ -24,9 +24,9 @@ template converts from itself), for A/B measurements."""
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 
+from .errors import switch
 from .graph import Graph, Node, Value
 from .types import TensorType
 
@@ -118,11 +118,7 @@ def channel_sums(t: TensorType, layout: str) -> dict:
 
 
 def enabled() -> bool:
-    v = os.environ.get("LMC_LAYOUT", HBWC)
-    if v not in (NCHW, HBWC):
-        from .errors import LmcError
-        raise LmcError(f"LMC_LAYOUT={v!r}: expected hbwc (the default) or nchw")
-    return v == HBWC
+    return switch("LMC_LAYOUT", (HBWC, NCHW), HBWC) == HBWC
 
 
 def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:

@@ -24,7 +24,6 @@ The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the
 read; everything a schedule may change is a runtime value, never baked into the text."""
 from __future__ import annotations
 
-import os
 
 from dataclasses import dataclass, field
 
@@ -33,7 +32,7 @@ import numpy as np
 from . import inplace
 from .compile import PACKED
 from .config import effective_loss
-from .errors import NotImplementedKind, SpecError
+from .errors import NotImplementedKind, SpecError, switch
 from .graph import Node
 from .infer import TypedNet, check_recipe_fits, train_net
 from .layout import place
@@ -316,10 +315,7 @@ def _packed_matmuls(net: TypedNet) -> bool:
     @32² −12%), and costs where a conv of ≤ 64 channels runs on a 28×28 or larger map — the
     skinny matmul's big patch matrix is repacked every step (mnist_cnn +17%, cifar_cnn_bn +6%).
     LMC_PACKED=on|off overrides (A/B)."""
-    force = os.environ.get("LMC_PACKED", "auto")
-    if force not in ("auto", "on", "off"):
-        from .errors import LmcError
-        raise LmcError(f"LMC_PACKED={force!r}: expected auto, on or off")
+    force = switch("LMC_PACKED", ("auto", "on", "off"), "auto")
     if force != "auto":
         return force == "on"
     for n in net.graph.nodes:
@@ -339,11 +335,7 @@ _FORMS = {"matmul": {}, "direct": {"conv": "conv_direct"}}
 
 
 def _conv_form() -> dict:
-    form = os.environ.get("LMC_CONV_FORM", "matmul")
-    if form not in _FORMS:
-        from .errors import LmcError
-        raise LmcError(f"LMC_CONV_FORM={form!r}: expected one of {', '.join(_FORMS)}")
-    return _FORMS[form]
+    return _FORMS[switch("LMC_CONV_FORM", tuple(_FORMS), "matmul")]
 
 
 def _bf16(node: Node, conv: bool) -> bool:
@@ -362,11 +354,7 @@ _BF16_FORMS = ("emulated", "convert")
 
 
 def _bf16_form() -> str:
-    form = os.environ.get("LMC_BF16_FORM", "convert")
-    if form not in _BF16_FORMS:
-        from .errors import LmcError
-        raise LmcError(f"LMC_BF16_FORM={form!r}: expected one of {', '.join(_BF16_FORMS)}")
-    return form
+    return switch("LMC_BF16_FORM", _BF16_FORMS, "convert")
 
 
 def _prim_for(node: Node, forms: dict):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .compile import RUNTIME_DRIVER
+from .compile import RUNTIME_DRIVER, task_workers_env
 from .errors import LmcError, TrainError
 
 
@@ -71,7 +71,7 @@ def yield_to_workers() -> int | None:
         return None
 
 
-_workers_set: str | None = None
+_workers_set: int | None = None
 # what the IREE runtime reads to decide it runs under mpirun (iree_hal_mpi_is_configured)
 _IREE_MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPIEXEC_HOSTNAME")
 
@@ -89,13 +89,11 @@ def _no_iree_mpi():
         os.environ.update(saved)
 
 
-def _task_workers(rt, n: str) -> None:
+def _task_workers(rt, n: int) -> None:
     """Cap the local-task device's worker groups (once per process, before its first device)."""
     global _workers_set
     if _workers_set is None:
-        if not n.isdigit() or int(n) < 1:
-            raise LmcError(f"LMC_TASK_WORKERS={n!r}: expected a positive number of worker threads")
-        rt.flags.parse_flags(f"--task_topology_group_count={int(n)}")
+        rt.flags.parse_flags(f"--task_topology_group_count={n}")
         _workers_set = n
 
 
@@ -112,7 +110,7 @@ class Module:
         keep_freed_memory()
         self.rt = rt
         name = driver or RUNTIME_DRIVER[backend]
-        workers = os.environ.get("LMC_TASK_WORKERS")
+        workers = task_workers_env()
         if name == "local-task" and workers:
             _task_workers(rt, workers)
         try:
