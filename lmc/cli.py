@@ -394,14 +394,14 @@ def eval_cmd(spec: SpecArg,
 def sample(spec: SpecArg,
            init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors.")],
            prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
-           tokens: Annotated[int, typer.Option(help="How many bytes to sample after the prompt.")] = 200,
-           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely byte every time.")] = 0.8,
-           top_k: Annotated[int, typer.Option(help="Sample among the k most likely bytes only (0: all of them).")] = 0,
+           tokens: Annotated[int, typer.Option(help="How many tokens (bytes, or characters for a `vocab: char` run) to sample after the prompt.")] = 200,
+           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely token every time.")] = 0.8,
+           top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens only (0: all of them).")] = 0,
            seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
            backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
            chip: ChipOpt = None,
            set: SetOpt = None) -> None:
-    """Sample text from a byte-level language model (SPEC ends in lm_head) through its compiled @forward."""
+    """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
     from .sample import sample as run_sample
     with user_errors():
         net = _load(spec, set, 1)

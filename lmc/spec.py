@@ -15,6 +15,8 @@ from .fields import Activation, PadStyle, coerce, hints, show, snake
 from .layers import all_layers
 from .yamlsrc import load_yaml
 
+# a text dataset's vocabulary: the 256 byte values, or the distinct characters of the corpus
+VOCABS = ("byte", "char")
 TOP_KEYS = ("name", "input", "layers", "train", "dataset", "image_h", "image_w", "det_stride",
             "build_tag", "conv_bn_act", "conv_pad_style")
 
@@ -39,6 +41,7 @@ class NetSpec:
     train: Any = None                 # TrainConfig or None
     dataset: DatasetKind | None = None
     dataset_path: str | None = None
+    dataset_vocab: str = "byte"       # text datasets: byte (256 ids) or char (the corpus's characters)
     det_stride: int = 32
     build_tag: str = ""
     conv_bn_act: Activation = Activation.relu
@@ -211,17 +214,27 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
             layer = attempt(parse_layer, entry, i, loc("layers", i), lambda *p, i=i: loc("layers", i, *p))
             if layer is not None:
                 layers.append(LayerEntry(i, layer, loc("layers", i)))
-    dataset, dpath = None, None
+    dataset, dpath, dvocab = None, None, "byte"
     if "dataset" in data and data["dataset"] is not None:
         ds, ds_loc, has_kind = data["dataset"], loc("dataset"), True
         if isinstance(ds, dict):
             for k in ds:
-                if k not in ("kind", "path"):
-                    errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path)", loc("dataset", k)))
+                if k not in ("kind", "path", "vocab"):
+                    errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab)",
+                                            loc("dataset", k)))
             dpath = ds.get("path")
             if dpath is not None and not isinstance(dpath, str):
                 errors.append(SpecError(f"dataset.path: expected a string, got {show(dpath)}", loc("dataset", "path")))
                 dpath = None
+            if "vocab" in ds:
+                dvocab = ds["vocab"]
+                if ds.get("kind") != "text":
+                    errors.append(SpecError("dataset.vocab: only a text dataset has a vocabulary "
+                                            f"(this one is {show(ds.get('kind'))})", loc("dataset", "vocab")))
+                elif dvocab not in VOCABS:
+                    errors.append(SpecError(f"dataset.vocab: expected one of {', '.join(VOCABS)}, got {show(dvocab)}",
+                                            loc("dataset", "vocab")))
+                    dvocab = "byte"
             if "kind" in ds:
                 ds, ds_loc = ds["kind"], loc("dataset", "kind")
             else:
@@ -235,7 +248,7 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
     return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
-                   dataset=dataset, dataset_path=dpath, text=text, locs=locs, **opts)
+                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, text=text, locs=locs, **opts)
 
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")

@@ -41,6 +41,7 @@ from .schedule import learning_rate, schedule_name
 
 CHECKPOINT = "last.npz"
 METRICS = "metrics.jsonl"
+VOCAB_FILE = "vocab.json"       # a char-level text run's vocabulary (also in every checkpoint's metadata)
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
@@ -138,7 +139,25 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
         classes = net.output.type.dims[1]
     cfg = net.spec.train            # the resolution split acts on the data (lmc.data.resolution)
     res = dict(train_res=cfg.train_res, test_crop_ratio=cfg.test_crop_ratio) if cfg is not None else {}
-    return load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream, **res)
+    if kind == "text":
+        res["vocab"] = net.spec.dataset_vocab
+    ds = load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream, **res)
+    check_token_ids(net, ds)
+    return ds
+
+
+def check_token_ids(net, ds) -> None:
+    """Token ids fed to an embedding (token_position_embed with ids_input or gather) must lie in
+    [0, vocab_size): a larger id would gather past the table."""
+    first = net.spec.layers[0].layer
+    if first.kind != "token_position_embed" or not (first.ids_input or first.gather):
+        return
+    for name in ("x_train", "x_val"):
+        x = getattr(ds, name)
+        if x.size and (x.min() < 0 or x.max() >= first.vocab_size or not np.array_equal(x, np.round(x))):
+            raise DataError(f"{ds.source(name)}: token ids must be integers in [0, {first.vocab_size}) "
+                            f"(token_position_embed's vocab_size), found {x.min():g}…{x.max():g}",
+                            hint="raise vocab_size to the dataset's vocabulary")
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -294,6 +313,10 @@ class Trainer:
                 raise TrainError(f"--resume: no checkpoint to resume in {self.out} ({self.ckpt_path} does not exist)")
             self.resumed = load_checkpoint(self.ckpt_path, net, self.abi.opt_keys, self.regions())
         self.ds = load_data(net, opts.data, cfg.seed, opts.stream)
+        if self.resumed is not None and self.resumed.meta.get("vocab") != self.ds.vocab:
+            raise TrainError(f"--resume: the text's character vocabulary differs from the one {self.ckpt_path} "
+                             f"was trained on (token ids would mean other characters)",
+                             hint="resume on the same corpus, or start a new run")
         self.abi.loss.check_data(self.ds, self.abi.labels, self.fit)
         from .data.batcher import TTA
         self.tta = TTA(self.ds, cfg) if cfg.use_tta else None
@@ -387,6 +410,9 @@ class Trainer:
                                schedule=schedule_name(cfg), learning_rate=cfg.learning_rate, seed=cfg.seed,
                                shuffle=opts.shuffle, dataset=self.ds.name, n_train=len(self.ds.x_train),
                                n_val=len(self.ds.x_val), backend=self.backend)
+            if self.ds.vocab is not None and self.world.rank == 0:
+                body = json.dumps({"vocab": "char", "chars": list(self.ds.vocab)}, ensure_ascii=False)
+                atomic_write(self.out / VOCAB_FILE, lambda f: f.write(body.encode("utf-8")))
         else:
             self.metrics.write(kind="resume", time=_now(), step=self.step, epoch=self.epoch + 1, batch=self.batch,
                                **dp)
@@ -531,6 +557,8 @@ class Trainer:
                 "name": self.net.spec.name, "complete": complete, "time": _now(),
                 "lr": self.lr_at(max(self.step, 1)), "swa_n": self.swa_n,
                 "eval_region": self.eval_region(final=complete), "fp8": self.cfg.fp8.value}
+        if self.ds.vocab is not None:                 # a char-level text's vocabulary travels with the weights
+            meta["vocab"] = self.ds.vocab
         if self.world.size > 1:
             meta.update(batch_size=self.gbatch, ranks=self.world.size, rank_batch=self.net.batch)
         regions = self.host_regions()                 # a collective under data-parallel ranks

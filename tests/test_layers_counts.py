@@ -124,7 +124,7 @@ def test_every_reference_net_is_present():
 
 
 # the nets whose head is not a 10-class classifier's (segmenters: per-pixel logits; the detector)
-NOT_CLASSIFIERS = {"unet", "tiny_gpt", "detr_small", "deeplabv3_resnet18", "digits_seg_fcn",
+NOT_CLASSIFIERS = {"unet", "tiny_gpt", "tiny_gpt_char", "detr_small", "deeplabv3_resnet18", "digits_seg_fcn",
                    "denoise_digits", "unet_digits", "yolo_digits", "detr_digits", "digits_fpn_det"}
 
 

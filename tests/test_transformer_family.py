@@ -93,10 +93,51 @@ def test_text_errors(tmp_path):
         load_dataset("text", tmp_path / "missing.txt", (4,), 256)
 
 
+def test_char_vocab_windows_decode_to_the_text(tmp_path):
+    f = tmp_path / "t.txt"
+    text = "héllo, wörld — ünïcode! " * 20
+    f.write_text(text, encoding="utf-8")
+    ds = load_dataset("text", f, (8,), 32, vocab="char")
+    assert ds.vocab == "".join(sorted(set(text))) and ds.num_classes == 32
+    assert textdata.decode(ds.x_train[1], ds.vocab) == text[8:16]          # characters, not bytes
+    assert textdata.decode(ds.y_train[1, :, 0], ds.vocab) == text[9:17]
+    assert len(ds.x_train) + len(ds.x_val) == (len(text) - 1) // 8
+    assert load_dataset("text", f, (8,), 256).x_train.shape[0] > len(ds.x_train)   # bytes: more tokens
+
+
+def test_char_vocab_errors(tmp_path):
+    from lmc.errors import DataError, SpecError
+    f = tmp_path / "t.txt"
+    f.write_text("abcdefghij" * 10)
+    with pytest.raises(DataError, match="10 distinct characters, but the net's vocab_size is 8"):
+        load_dataset("text", f, (4,), 8, vocab="char")
+    with pytest.raises(DataError, match="outside the vocabulary: 'z'"):
+        textdata.encode(b"abz", "ab")
+    head = "name: t\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 2}\n"
+    assert load_spec("t.yaml", text=head + "dataset: {kind: text, vocab: char}\n").dataset_vocab == "char"
+    assert load_spec("t.yaml", text=head + "dataset: text\n").dataset_vocab == "byte"
+    with pytest.raises(SpecError, match=r"t.yaml:6:16: dataset.vocab: expected one of byte, char, got 'word'"):
+        load_spec("t.yaml", text=head + "dataset:\n  {kind: text, vocab: word}\n")
+    with pytest.raises(SpecError, match="only a text dataset has a vocabulary"):
+        load_spec("t.yaml", text=head + "dataset: {kind: digits, vocab: char}\n")
+
+
+def test_token_ids_past_the_embedding_are_refused(tmp_path):
+    from lmc.errors import DataError
+    from lmc.train import load_data
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("ABC~" * 50)                       # '~' is byte 126
+    spec = tmp_path / "lm.yaml"
+    spec.write_text(LM.replace("PATH", str(corpus)).replace("{vocab_size: 256, seq_len: 8, d_model: 8,",
+                                                            "{vocab_size: 100, seq_len: 8, d_model: 8,"))
+    with pytest.raises(DataError, match=r"token ids must be integers in \[0, 100\).*found 65…126"):
+        load_data(infer(load_spec(spec)), None, 0)
+
+
 def test_embedded_corpus_is_sizeable():
     data, what = textdata.corpus_bytes(None)
     assert len(data) > 500_000 and "stdlib" in what
-    assert 2.5 < textdata.unigram_entropy(data) < 4.0
+    assert 2.5 < textdata.unigram_entropy(textdata.encode(data, None)) < 4.0
 
 
 def test_per_token_eval_counts_tokens_and_perplexity():
@@ -314,6 +355,41 @@ def test_train_then_sample_a_byte_lm(tmp_path):
     b, c = (sample(net1, ckpt, "the ", 12, 1.0, 5, 7) for _ in range(2))
     assert b == c                                                                      # same seed, same draws
     assert len(sample(net1, ckpt, "", 3, 1.0, 0, 1).encode("utf-8", "replace")) >= 4   # "\n" + 3 bytes
+
+
+@pytest.mark.iree
+def test_train_then_sample_a_char_lm(tmp_path):
+    import io
+    import json
+    from rich.console import Console
+    from lmc.checkpoint import read_tensors
+    from lmc.errors import LmcError, TrainError
+    from lmc.sample import sample
+    from lmc.train import TrainOptions, train
+    corpus = tmp_path / "c.txt"
+    text = "the quick brown fox jumps over the lazy dog — ça va? " * 40
+    corpus.write_text(text, encoding="utf-8")
+    spec = tmp_path / "lm.yaml"
+    spec.write_text(LM.replace("vocab_size: 256", "vocab_size: 40").replace("path: PATH", f"path: {corpus}, vocab: char"))
+    run = tmp_path / "run"
+    s = train(infer(load_spec(spec)), TrainOptions(out=run, steps=30), Console(file=io.StringIO()))
+    chars = "".join(sorted(set(text)))
+    assert s.eval.n == len(load_dataset("text", corpus, (8,), 40, vocab="char").x_val) * 8   # characters counted
+    assert json.loads((run / "vocab.json").read_text(encoding="utf-8"))["chars"] == list(chars)
+    assert read_tensors(run / "last.npz")[1]["vocab"] == chars           # saved with the weights
+    net1 = infer(load_spec(spec), 1)
+    out = sample(net1, run / "last.npz", "ça ", 20, 1.0, 0, 3)
+    assert out.startswith("ça ") and len(out) == 23 and set(out) <= set(chars)   # one character per token
+    with pytest.raises(LmcError, match="--prompt: text has 1 character.*'Z'"):
+        sample(net1, run / "last.npz", "Zebra", 2, 0.0, 0, 0)
+    bare = tmp_path / "bare.npz"
+    tensors, _ = read_tensors(run / "last.npz")
+    np.savez(bare, **{p.name: tensors[p.name] for p in net1.params})
+    with pytest.raises(LmcError, match="carries no character vocabulary"):
+        sample(net1, bare, "the", 2, 0.0, 0, 0)
+    corpus.write_text(text + "XYZ", encoding="utf-8")          # a changed corpus: other ids
+    with pytest.raises(TrainError, match="character vocabulary differs"):
+        train(infer(load_spec(spec)), TrainOptions(out=run, steps=40, resume=True), Console(file=io.StringIO()))
 
 
 def test_sample_refuses_a_classifier():

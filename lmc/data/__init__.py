@@ -47,7 +47,8 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     train_res: train.train_res R > 0 — the Batcher resizes the training images to R×R
     (lmc.data.resolution); test_crop_ratio: train.test_crop_ratio r > 0 — the validation images
     are resized and centre-cropped by it, from their files for image folders.
-    options: extra keyword arguments for the loader (synthetic: n_train, n_val, signal).
+    options: extra keyword arguments for the loader (synthetic: n_train, n_val, signal; text:
+    vocab, byte or char).
     """
     input_shape = tuple(int(d) for d in input_shape)
     if stream and kind not in ("imagenette", "imagenet"):
@@ -90,6 +91,12 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None, crop
             raise DataError(f"dataset kind synthetic takes no option(s) "
                             f"{', '.join(sorted(set(options) - known))} (known: {', '.join(sorted(known))})")
         return synthetic.load(input_shape, num_classes, seed=seed, **options)
+    if kind == "text":           # a path, or the embedded corpus without one
+        if set(options) - {"vocab"}:
+            raise DataError(f"dataset kind text takes no option(s) {', '.join(sorted(set(options) - {'vocab'}))} "
+                            f"(known: vocab)")
+        return text.load(Path(path).expanduser() if path is not None else None, input_shape,
+                         options.get("vocab", "byte"), num_classes)
     if options:
         raise DataError(f"dataset kind {kind} takes no options (got {', '.join(sorted(options))})")
     if kind == "digits":
@@ -100,8 +107,6 @@ def _load(kind, path, input_shape, num_classes, seed, options, stream=None, crop
         return digits_seg.load_denoise()
     if kind == "digits_det":
         return digits_seg.load_det()
-    if kind == "text":           # a path, or the embedded corpus without one
-        return text.load(Path(path).expanduser() if path is not None else None, input_shape)
     if path is None:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "

@@ -42,6 +42,8 @@ class Dataset:
     # what y holds (a lmc.losses label format): "class ids" [N], "mask" [N, H, W] int,
     # "float" targets [N, ...], "boxes" (YOLO targets); evaluation scores by it
     label_format: str = "class ids"
+    # a character-level text dataset's vocabulary (id i = vocab[i]); None: bytes or not text
+    vocab: str | None = None
 
     def source(self, array: str) -> str:
         """The file an array ('x_train', 'y_val', ...) was read from, for error messages."""
