@@ -271,22 +271,35 @@ class FlashAttn(Prim):
     def saved(self, ins, ps, out):
         return list(ins) + [out, TensorType(ins[0].dims[:3])]
 
+    # from this many whole key blocks on, they run in a stablehlo.while (one block's scores
+    # live at a time, a module that does not grow with Nk) instead of unrolled
+    LOOP_BLOCKS = 2
+
     def context(self, ins, ps, out):
         q, k = ins[:2]
         b, h, nq, dh = q.dims
         nk = k.dims[2]
         nw = ins[3].dims[0] if len(ins) == 4 else 1
-        blocks = []
-        for j, s in enumerate(range(0, nk, self.block)):
-            n = min(self.block, nk - s)
-            blocks.append({"j": j, "start": s, "kb": TensorType((b, h, n, dh)).mlir,
-                           "sb": TensorType((b, h, nq, n)).mlir, "si": TensorType((b, h, nq, n), "i32").mlir,
-                           "sm": TensorType((b, h, nq, n), "i1").mlir,
-                           "sl": f"0:{b}, 0:{h}, {s}:{s + n}, 0:{dh}",
-                           # the bias block [nW, H, Nq, n] and the scores grouped [B/nW, nW, H, Nq, n]
-                           "bb": TensorType((nw, h, nq, n)).mlir, "s5": TensorType((b // nw, nw, h, nq, n)).mlir,
-                           "bsl": f"0:{nw}, 0:{h}, 0:{nq}, {s}:{s + n}"})
-        return {"blocks": blocks, "r": TensorType((b, h, nq)).mlir, "scale_c": flt(self.scale)}
+
+        def block(j, s, n, dyn=False):          # dyn: at the loop's dynamic offset (s unused)
+            return {"j": j, "start": s, "dyn": dyn, "kb": TensorType((b, h, n, dh)).mlir,
+                    "sb": TensorType((b, h, nq, n)).mlir, "si": TensorType((b, h, nq, n), "i32").mlir,
+                    "sm": TensorType((b, h, nq, n), "i1").mlir,
+                    "sl": f"0:{b}, 0:{h}, {s}:{s + n}, 0:{dh}", "kdims": f"{b}, {h}, {n}, {dh}",
+                    # the bias block [nW, H, Nq, n] and the scores grouped [B/nW, nW, H, Nq, n]
+                    "bb": TensorType((nw, h, nq, n)).mlir, "s5": TensorType((b // nw, nw, h, nq, n)).mlir,
+                    "bsl": f"0:{nw}, 0:{h}, 0:{nq}, {s}:{s + n}", "bdims": f"{nw}, {h}, {nq}, {n}"}
+
+        whole = nk // self.block
+        kloop = None
+        if whole >= self.LOOP_BLOCKS:
+            kloop = {"n": whole, "block": self.block, "bk": block("L", 0, self.block, dyn=True)}
+            starts = range(whole * self.block, nk, self.block)            # the partial last block
+        else:
+            starts = range(0, nk, self.block)
+        first = whole if kloop else 0
+        blocks = [block(first + i, s, min(self.block, nk - s)) for i, s in enumerate(starts)]
+        return {"blocks": blocks, "kloop": kloop, "r": TensorType((b, h, nq)).mlir, "scale_c": flt(self.scale)}
 
     @staticmethod
     def reference(xp, q, k, v, bias=None, scale=1.0, causal=False, block=128):
