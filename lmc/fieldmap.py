@@ -90,7 +90,7 @@ WHERE: dict[str, str] = {
                  "refused on a net without residual sites",
     # init (init.py, checkpoint.py)
     "head_prior_bias": "init: the head bias := log π",
-    "det_prior_pi": "init: fpn_detect objectness biases; refused without fpn_detect",
+    "det_prior_pi": "init (init.apply_det_prior): fpn_detect's objectness biases −log((1−π)/π); refused without fpn_detect",
     "vit_init": "init: ViT's rules for linears and the patch embedding",
     "cnx_init": "init: ConvNeXt's rules for convs and linears",
     "bootstrap_backbone": "init: a prefix of the flat parameter vector from a .bin",

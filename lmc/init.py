@@ -107,6 +107,31 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
                      hint="add the rule to lmc/init.py")
 
 
+def apply_det_prior(params: list[np.ndarray], net, cfg) -> list[str]:
+    """`det_prior_pi` π (RetinaNet's prior for the FPN detector, layers.md §3.43): every
+    objectness bias — channel a·15 + 4 of each level's head bias [15·A] — becomes −log((1−π)/π),
+    so the head starts at sigmoid = π; the box and class biases stay 0.  0 = off.  Refused on a
+    net without an fpn_detect head.  Replaces params in place."""
+    pi = float(cfg.det_prior_pi)
+    if pi == 0.0:
+        return []
+    heads = [e for e in net.spec.layers if e.layer.kind == "fpn_detect"]
+    if not heads:
+        raise TrainError(f"train.det_prior_pi {pi:g}: it initialises fpn_detect's objectness biases, and this "
+                         f"net has no fpn_detect head", hint="drop det_prior_pi")
+    b = -np.log((1.0 - pi) / pi)
+    where = {p.name: i for i, p in enumerate(net.params)}
+    names = []
+    for e in heads:
+        for lvl in (3, 4, 5):
+            name = f"{e.index:02d}.fpn_detect.head{lvl}.bias"
+            bias = params[where[name]].copy()
+            bias[4::15] = b
+            params[where[name]] = bias.astype(np.float32)
+            names.append(name)
+    return [f"detector prior: objectness of {', '.join(names)} = −log((1−π)/π) = {b:.3f}"]
+
+
 def apply_head_prior(params: list[np.ndarray], net, cfg) -> list[str]:
     """`head_prior_bias` π (RetinaNet's prior init, training.md §1 step 2): the head's bias — the
     last parameter tensor, which must be a [NC] bias — becomes log π_c, so the net starts out

@@ -36,7 +36,7 @@ from .errors import DataError, LmcError, MultiError, TrainError
 from .evaluate import EvalResult, evaluate
 from .metrics import eval_format, save_predictions
 from .infer import check_recipe_fits
-from .init import apply_head_prior, init_tensors
+from .init import apply_det_prior, apply_head_prior, init_tensors
 from .schedule import learning_rate, schedule_name
 
 CHECKPOINT = "last.npz"
@@ -45,7 +45,7 @@ VOCAB_FILE = "vocab.json"       # a char-level text run's vocabulary (also in ev
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("det_prior_pi", "val_every_epochs", "sync_bn")
+_UNSUPPORTED = ("val_every_epochs", "sync_bn")
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100
@@ -377,7 +377,9 @@ class Trainer:
             self.log(f"resuming {self.ckpt_path} at step {self.step} (epoch {self.epoch + 1}, batch {self.batch})")
         else:
             params, state = init_tensors(net, cfg.seed)
-            for note in apply_bootstrap(params, state, net, cfg) + apply_head_prior(params, net, cfg):
+            # the reference's order (training.md §1): bootstrap, head prior, detector prior
+            for note in (apply_bootstrap(params, state, net, cfg) + apply_head_prior(params, net, cfg)
+                         + apply_det_prior(params, net, cfg)):
                 self.log(note)
             if opts.init is not None:
                 got = load_init(Path(opts.init), net)

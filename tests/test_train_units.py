@@ -301,3 +301,23 @@ def test_bootstrap_prefix_and_range(tmp_path):
     c = dataclasses.replace(net.spec.train, bootstrap_backbone_range=(str(tmp_path / "bb_params.bin"), n - 3, 0, 7))
     with pytest.raises(TrainError, match="destination window .* past the end of the spec's"):
         apply_bootstrap(list(params), list(state), net, c)
+
+
+def test_det_prior_sets_the_objectness_biases_only():
+    from pathlib import Path
+    from lmc.infer import infer
+    from lmc.init import apply_det_prior, init_tensors
+    from lmc.spec import load_spec
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "digits_fpn_det.yaml", ["train.det_prior_pi=0.01"])
+    net = infer(spec)
+    params, _ = init_tensors(net, 0)
+    before = [p.copy() for p in params]
+    notes = apply_det_prior(params, net, spec.train)
+    assert len(notes) == 1
+    changed = [p.name for p, a, b in zip(net.params, params, before) if not np.array_equal(a, b)]
+    assert changed == [f"05.fpn_detect.head{lvl}.bias" for lvl in (3, 4, 5)]
+    for name in changed:
+        bias = params[[p.name for p in net.params].index(name)]
+        obj = np.zeros(bias.shape, bool)
+        obj[4::15] = True                                          # [tx, ty, tw, th, obj, 10 classes] per anchor
+        assert np.allclose(1 / (1 + np.exp(-bias[obj])), 0.01) and (bias[~obj] == 0).all()
