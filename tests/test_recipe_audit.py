@@ -105,7 +105,7 @@ PROBES = {
     "dropout": (0.2, {}, MLP, False),
     "drop_path": (0.1, {}, MOBILE, False),
     "head_prior_bias": (PRIOR, {}, MLP, False),
-    "det_prior_pi": (0.01, {}, FPN, False),
+    "det_prior_pi": (0.05, {}, FPN, False),                          # against the spec's 0.01
     "vit_init": (True, {}, MLP, False),
     "cnx_init": (True, {}, CNN, False),
     "bootstrap_backbone": ("BIN,640", {}, MLP, False),

@@ -308,7 +308,7 @@ def test_det_prior_sets_the_objectness_biases_only():
     from lmc.infer import infer
     from lmc.init import apply_det_prior, init_tensors
     from lmc.spec import load_spec
-    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "digits_fpn_det.yaml", ["train.det_prior_pi=0.01"])
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "digits_fpn_det.yaml")  # det_prior_pi: 0.01
     net = infer(spec)
     params, _ = init_tensors(net, 0)
     before = [p.copy() for p in params]
