@@ -341,6 +341,13 @@ def check_rules(cfg, loc_of, dataset=None) -> None:
     ds = getattr(dataset, "value", dataset)
     kind = effective_loss(cfg, ds)
     loss = loss_for(kind)
+    if cfg.val_every_epochs > 1:        # the seed's ImageNet-streaming cadence (N <= 1: the default)
+        if ds != "imagenet":
+            err(f"val_every_epochs is the ImageNet cadence (dataset: imagenet), not for dataset {ds or '(none)'}",
+                "val_every_epochs", hint="set eval_every_n_epochs, lmc's cadence for every dataset")
+        elif cfg.eval_every_n_epochs != TRAIN_FIELDS["eval_every_n_epochs"][1]:
+            err("val_every_epochs and eval_every_n_epochs are two cadences for one evaluation: set one",
+                "val_every_epochs", also=("eval_every_n_epochs",))
     for r in loss.focal_rules(cfg) if cfg.use_focal else []:
         err(r.message, r.field, also=r.also, hint=r.hint)
     for name, switches in DEPENDS.items():

@@ -101,7 +101,8 @@ WHERE: dict[str, str] = {
     # eval and cadence (train.py, evaluate.py)
     "eval_every_n_epochs": "cadence: the eval records",
     "checkpoint_every_n_epochs": "cadence: the checkpoint records",
-    "val_every_epochs": "refused: the seed's ImageNet-streaming cadence; eval_every_n_epochs is lmc's one cadence",
+    "val_every_epochs": "cadence on dataset imagenet (the seed's ImageNet-streaming main): the eval records; "
+                        "refused on other datasets and beside eval_every_n_epochs",
     "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
     "tta_samples": "eval: the number of TTA views (under use_tta)",
     "running_bn": "fixed: lmc always keeps BN running statistics and evaluates with them (the seed's IREE path, "

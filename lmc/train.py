@@ -45,7 +45,7 @@ VOCAB_FILE = "vocab.json"       # a char-level text run's vocabulary (also in ev
 
 # Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
 # is refused instead of silently training without it.
-_UNSUPPORTED = ("val_every_epochs", "sync_bn")
+_UNSUPPORTED = ("sync_bn",)
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100
@@ -856,7 +856,9 @@ class Trainer:
             n = e + 1
             if cfg.use_swa and e >= cfg.swa_start_epoch:
                 self.swa_update()
-            if (cfg.eval_every_n_epochs and n % cfg.eval_every_n_epochs == 0) or n == cfg.epochs:
+            # val_every_epochs (imagenet only, config.check_rules) is that dataset's cadence
+            every = cfg.val_every_epochs if cfg.val_every_epochs > 1 else cfg.eval_every_n_epochs
+            if (every and n % every == 0) or n == cfg.epochs:
                 line += f"; val {self.run_eval().describe()}"
             self.log(line)
             if (cfg.checkpoint_every_n_epochs and n % cfg.checkpoint_every_n_epochs == 0) and n != cfg.epochs:

@@ -327,13 +327,13 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
     # recipe refusals (train.check_recipe) and a loss option that is not lowered yet
     yolo = tmp_path / "yolo.yaml"
     yolo.write_text(YOLO)
-    r = run("validate", yolo, "--set", "train.val_every_epochs=2", "--set", "train.yolo_cls_focal_gamma=2")
+    r = run("validate", yolo, "--set", "train.sync_bn=true", "--set", "train.yolo_cls_focal_gamma=2")
     assert r.exit_code == 0
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning:")]
     assert len(warnings) == 2
     assert warnings[0].startswith("warning: --set train.yolo_cls_focal_gamma: not implemented yet: train.yolo_cls_focal_gamma "
                                   "(with loss yolov1_masked)")
-    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.val_every_epochs"
+    assert warnings[1] == f"warning: {yolo}:6:1: not implemented yet in lmc train: train.sync_bn"
     # and what validate warns of is exactly what render refuses
     r2 = run("render", yolo, "--set", "train.yolo_cls_focal_gamma=2")
     assert r2.exit_code == 2 and r2.stderr.startswith("error: --set train.yolo_cls_focal_gamma: not implemented yet")
@@ -365,8 +365,8 @@ def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, mon
     assert "no such directory" not in r.stderr
     assert loaded == [] and fake_compiler == []
     # a recipe switch lmc train refuses is also caught before the data
-    r = run("train", RECIPE, "--set", "train.val_every_epochs=2", "--out", tmp_path / "run")
-    assert r.exit_code == 2 and "not implemented yet in lmc train: train.val_every_epochs" in r.stderr
+    r = run("train", RECIPE, "--set", "train.sync_bn=true", "--out", tmp_path / "run")
+    assert r.exit_code == 2 and "not implemented yet in lmc train: train.sync_bn" in r.stderr
     assert loaded == [] and fake_compiler == []
 
 

@@ -75,3 +75,34 @@ def test_an_epoch_streams_in_bounded_memory(tmp_path):
     print(f"streamed epoch: {got}")
     assert got["n"] == 288                                   # 18 batches of 16: the remainder dropped
     assert got["growth_mb"] < 100, got                       # vs 236 MB for the decoded set
+
+
+IMAGENET_NET = """name: inet
+input: {{channels: 3, height: 14, width: 14}}
+layers:
+  - conv2d: {{ic: 3, oc: 4, k_size: 3}}
+  - global_avg_pool
+  - dense: {{fan_in: 4, fan_out: 3}}
+train: {{learning_rate: 0.01, batch_size: 4, epochs: 3, {extra}}}
+dataset: {{kind: {kind}, path: {path}}}
+"""
+
+
+def test_val_every_epochs_is_imagenets_cadence(tmp_path):
+    import io
+    from rich.console import Console
+    from lmc.errors import SpecError
+    from lmc.infer import infer
+    from lmc.spec import load_spec
+    from lmc.train import TrainOptions, train
+    make_tree(tmp_path, n_per_class=2)
+    spec = lambda kind, extra: load_spec("n.yaml", text=IMAGENET_NET.format(kind=kind, extra=extra, path=tmp_path))
+    with pytest.raises(SpecError, match=r"n.yaml:7:.*val_every_epochs is the ImageNet cadence \(dataset: imagenet\), "
+                                        r"not for dataset imagenette"):
+        spec("imagenette", "val_every_epochs: 2")
+    with pytest.raises(SpecError, match="two cadences for one evaluation"):
+        spec("imagenet", "val_every_epochs: 2, eval_every_n_epochs: 1")
+    out = tmp_path / "run"
+    train(infer(spec("imagenet", "val_every_epochs: 2")), TrainOptions(out=out), Console(file=io.StringIO()))
+    evals = [r["epoch"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+    assert evals == [2, 3]                    # every 2 epochs, and always the last

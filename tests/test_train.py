@@ -170,8 +170,8 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path):
     code, out = lmc("train", MLP, "--out", tmp_path / "other")
     assert code == 2 and "already holds a run" in out and "--overwrite" in out
     # recipe switches lmc train does not implement are refused, not ignored
-    code, out = lmc("train", MLP, "--set", "train.val_every_epochs=2", "--out", tmp_path / "r")
-    assert code == 2 and "not implemented yet in lmc train: train.val_every_epochs" in out
+    code, out = lmc("train", MLP, "--set", "train.sync_bn=true", "--out", tmp_path / "r")
+    assert code == 2 and "not implemented yet in lmc train: train.sync_bn" in out
     # a knob for a head the net does not have is refused
     code, out = lmc("train", MLP, "--set", "train.det_prior_pi=0.01", "--out", tmp_path / "r")
     assert code == 2 and "train.det_prior_pi 0.01: it initialises fpn_detect's objectness biases" in out
