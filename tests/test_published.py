@@ -3,7 +3,9 @@ spec that claims a torchvision model, torchvision's model (eval mode) gets rando
 random BN running statistics, every tensor is copied into lmc's parameter / state layout, and
 lmc's compiled `@forward` must give torch's logits on the same random input.
 
-Tolerance (f32): max |lmc − torch| ≤ 1e-4·(1 + max |torch|) over the batch's logits.
+Tolerance (f32): max |lmc − torch| ≤ 2e-5·(1 + max |torch|) over the batch's logits (observed:
+≤ 7e-6, at least 7× inside).  1e-4·(1 + max) would let GELU's tanh form pass for the exact one
+on ViT-Tiny (2.3e-4 at max |logit| 2.0); ConvNeXt-T shows 5.1e-4 for it, Swin-T 4.6e-4.
 
 Slow (make test-slow): each net is one cold iree-compile of its `@forward`.  The conv nets and
 ConvNeXt are lowered at 64×64 — the same function (every weight is resolution-free; the global
@@ -11,7 +13,8 @@ pooling averages whatever is left), far smaller modules; Swin-T needs 224 (7×7 
 7×7 last stage) and ViT 224 (its position table is for 14×14 patches).
 
 Deviations the seed documents deliberately (docs/layers.md, "Checked against torchvision") are
-neutralised on the torch side, each in NEUTRALISE below; everything else must match as is."""
+neutralised, each where it is handled (`neutralise`, `_convert`, EXTRA); everything else must
+match as is."""
 from __future__ import annotations
 
 import importlib.util
@@ -37,6 +40,7 @@ MOVES = [
     (r"(.*)\.layer_scale", r"\1.block.5.bias"),                           # ConvNeXt: γ after the 2nd 1×1
     (r"(.*)\.relative_position_bias_table", r"\1.proj.bias"),             # Swin: table after the out proj
     (r"(.*)\.reduction\.weight", r"\1.norm.bias"),                        # Swin merge: LN, then linear
+    (r"(.*)\.([qkv])\.bias", r"\1.\2.weight"),                             # ViT: q.w, q.b, k.w, k.b, …
 ]
 
 # lmc tensors torch has no counterpart for, and the value that makes them the identity
@@ -53,7 +57,7 @@ def _tv():
 
 
 class Split:
-    """The owner of one third of a MultiheadAttention's fused in_proj: a linear's rows."""
+    """The owner of one third of a MultiheadAttention's fused in_proj (q, k or v): a linear."""
 
 
 def _kind(torch, module, leaf: str) -> str:
@@ -85,9 +89,9 @@ def _convert(kind: str, a: np.ndarray, s: tuple, module) -> np.ndarray:
         # is torchvision's times √dh
         a = a * np.float32(math.sqrt(module.proj.in_features // module.num_heads))
     # same layout up to singleton axes (class token [1, 1, D], positions [1, N, D], layer scale
-    # [C, 1, 1]); a real reshape would be a layout difference and must not pass unnoticed
-    assert tuple(d for d in a.shape if d != 1) == tuple(d for d in s if d != 1), (a.shape, s)
-    return a.reshape(s)
+    # [C, 1, 1]); anything else is left as it is, for the caller's shape check to refuse
+    same = tuple(d for d in a.shape if d != 1) == tuple(d for d in s if d != 1)
+    return a.reshape(s) if same else a
 
 
 def _extra(t) -> float | None:
@@ -101,22 +105,15 @@ def map_weights(torch, model, net) -> tuple[list[np.ndarray], list[np.ndarray]]:
     owners = dict(model.named_modules())
     sd = {}
     for k, v in model.state_dict().items():
-        v = v.detach().numpy().astype(np.float32)
         owner, _, leaf = k.rpartition(".")
+        v = v.detach().numpy().astype(np.float32)
         if isinstance(owners.get(owner), torch.nn.MultiheadAttention) and leaf.startswith("in_proj_"):
-            # fused q‖k‖v rows: lmc has three linears, each weight then bias (q.w, q.b, k.w, …)
-            for j, part in enumerate("qkv"):
-                owners[f"{k}.{part}"] = Split()
-                sd[f"{k}.{part}.{leaf[len('in_proj_'):]}"] = np.split(v, 3)[j]
+            for part, rows in zip("qkv", np.split(v, 3)):       # fused q‖k‖v rows: lmc's q, k, v linears
+                owners[f"{owner}.{part}"] = Split()
+                sd[f"{owner}.{part}.{leaf[len('in_proj_'):]}"] = rows
         elif not NOT_WEIGHTS.search(k):
             sd[k] = v
     names = list(sd)
-    for k in [k for k in names if ".in_proj_" in k]:     # in_proj_weight.q.weight, in_proj_bias.q.bias, …
-        names.remove(k)
-    for mha in [k for k, v in model.state_dict().items() if k.endswith(".in_proj_bias")]:
-        owner = mha.rpartition(".")[0]
-        at = names.index(f"{owner}.out_proj.weight")
-        names[at:at] = [f"{owner}.in_proj_{w}.{p}.{w}" for p in "qkv" for w in ("weight", "bias")]
     for pat, after in MOVES:
         for k in [k for k in names if re.fullmatch(pat, k)]:
             names.remove(k)
@@ -233,9 +230,31 @@ def test_same_function_as_torchvision(stem, capsys):
         ref = model(torch.from_numpy(x)).numpy()
     y, c, run_s = lmc_forward(net, params, state, x)
     diff = float(np.abs(y - ref).max())
-    tol = 1e-4 * (1 + float(np.abs(ref).max()))
+    tol = 2e-5 * (1 + float(np.abs(ref).max()))
     with capsys.disabled():
         print(f"\n{stem}@{side}: max|diff| {diff:.3g}, tol {tol:.3g}, max|logit| {np.abs(ref).max():.3g}, "
               f"compile {'cached' if c.cached else f'{c.seconds:.0f} s'}, run {run_s:.2f} s")
     assert y.shape == ref.shape
     assert diff <= tol, f"{stem}: max |lmc − torch| = {diff:.3g} > {tol:.3g}"
+
+
+def test_the_mapper_uses_every_tensor_exactly_once():
+    # a torch tensor lmc has no place for, or an lmc tensor torch does not fill, is an error,
+    # not a silently skipped (or zero) weight
+    torch, tv = _tv()
+    from lmc.infer import infer
+    from lmc.spec import load_spec
+    net = infer(load_spec(ROOT / "specs" / "resnet18.yaml"), 1)
+    model = tv.models.resnet18(num_classes=10)
+    map_weights(torch, model, net)
+    model.fc.register_parameter("extra", torch.nn.Parameter(torch.zeros(3)))
+    with pytest.raises(AssertionError, match="torch fc.extra: lmc has no tensor left"):
+        map_weights(torch, model, net)
+    model = tv.models.resnet18(num_classes=10)
+    model.conv1.register_parameter("extra", torch.nn.Parameter(torch.zeros(3)))
+    with pytest.raises(AssertionError, match=r"torch conv1.extra \(3,\) → lmc 00.conv_bn.gamma"):
+        map_weights(torch, model, net)
+    model = tv.models.resnet18(num_classes=10)
+    model.fc = torch.nn.Identity()
+    with pytest.raises(AssertionError, match=r"lmc tensors without a torch source: \['07.dense.weight', '07.dense.bias'\]"):
+        map_weights(torch, model, net)
