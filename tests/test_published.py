@@ -190,13 +190,17 @@ NETS = {
     "swin_tiny": (lambda tv: tv.models.swin_t(num_classes=10), 224),
     "vit_tiny": (_vit, 224),
     **{stem: ((lambda s: lambda tv: getattr(tv.models, s)(num_classes=10))(stem), 64)
-       for stem in ("resnet18", "resnet34", "resnet50", "mobilenet_v2", "mobilenet_v3_large",
+       for stem in ("resnet18", "resnet34", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "shufflenet_v2_x1_0",
                     "efficientnet_b0", "efficientnet_v2_s")},
 }
-# not here: squeezenet (the reference's batch-normed fire modules: a BN's γ, β and running
-# statistics stand where torchvision has a conv bias — no weights make x·w + b out of a BN on
-# the conv's output for every input) and densenet121 (no norm5 before the head, and conv biases
-# torchvision has not: a missing BN cannot be emulated)
+# not here, their specs' functions differ from torchvision's in ways no weights undo:
+# - squeezenet: the stem conv pads (torchvision's 7×7/2 has no padding: 109² at 224, lmc 112²)
+#   and the max pools are not ceil_mode (54² vs 56²) — different shapes.  (The batch norms
+#   standing in for conv biases alone could be undone in eval: running mean 0, γ = √(σ² + ε).)
+# - densenet121: no norm5 + ReLU before the pool (the seed has no standalone BN kind); a BN
+#   could be set to the identity, the ReLU on features that can be negative cannot.
+# - googlenet: torchvision's ceil_mode max pools take windows one pixel later than lmc's
+#   symmetric ones (docs/layers.md); its 3×3 third branches would fit lmc's 5×5 (zero ring).
 
 
 def neutralise(torch, model):
