@@ -31,7 +31,9 @@ setup: $(TEST_STAMP)  ## create .venv and install lmc with its test extras
 test: $(TEST_STAMP)  ## the default suite (what CI runs)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
-test-slow: $(TEST_STAMP)  ## large-net compiles, long trainings, GPU cross-compiles
+# the bench extra brings torch + torchvision: tests/test_published.py checks the reference nets
+# against torchvision's models (it skips without them)
+test-slow: $(BENCH_STAMP)  ## large-net compiles, long trainings, GPU cross-compiles, torchvision
 	$(BIN)/python -m pytest -q -n 2 -m slow -p no:cacheprovider
 
 demo: $(RUN_STAMP)  ## train the digits CNN on the embedded dataset (about 30 s on 2 CPU cores), plot it

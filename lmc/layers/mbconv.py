@@ -2,7 +2,9 @@
 
 Built from the lowered conv / batch_norm / act / add / global_avg_pool primitives and, for
 squeeze-excite, the declared broadcasting `mul` (x · gate): blocks without SE lower, blocks with
-SE lower once `mul` has its template.  Internal convs pad XLA-SAME (TF-origin blocks)."""
+SE lower once `mul` has its template.  Internal convs pad as the net's `conv_pad_style` says:
+XLA-SAME by default (TF-origin blocks, the seed's IREE path), `symmetric` in the specs that
+claim torchvision's EfficientNets / MobileNetV3 (their strided convs pad (k−1)//2 each side)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -10,10 +12,8 @@ from ..fields import Activation
 from ..types import TensorType
 from . import Layer, register
 from ._common import conv, conv_bn, drop_path
+from .mobile import style
 from ._shape import image, make_divisible
-
-STYLE = "xla_same"
-
 
 def _se(g, x, name: str, r: int, inner: str, gate: str):
     """Squeeze-excite on x's c channels with r hidden: GAP → 1×1 conv (c→r, bias) → inner act →
@@ -22,16 +22,16 @@ def _se(g, x, name: str, r: int, inner: str, gate: str):
     (pool, multiply) + 4·B·c·r (the two 1×1 convs); biases and activations not counted."""
     b, c = x.type.dims[:2]
     s = g.op("reshape", g.op("global_avg_pool", x), dims=(b, c, 1, 1))
-    s = conv(g, s, f"{name}reduce.", c, r, 1, 1, STYLE, bias=True, bias_flops=0)
+    s = conv(g, s, f"{name}reduce.", c, r, 1, 1, "valid", bias=True, bias_flops=0)   # 1×1 on 1×1: no padding
     s = g.op("act", s, kind=inner, flops=0)
-    s = conv(g, s, f"{name}expand.", r, c, 1, 1, STYLE, bias=True, bias_flops=0)
+    s = conv(g, s, f"{name}expand.", r, c, 1, 1, "valid", bias=True, bias_flops=0)
     return g.op("mul", x, g.op("act", s, kind=gate, flops=0))
 
 
-def _unit(g, x, name, ic, oc, k, stride, activation, groups=1):
-    """conv_bn at XLA-SAME, counted as the seed does (one FLOP per element for the activation,
-    present or not)."""
-    return conv_bn(g, x, name, ic, oc, k, stride, STYLE, activation, groups, seed_act_flops=True)
+def _unit(g, x, net, name, ic, oc, k, stride, activation, groups=1):
+    """conv_bn padded per the net's conv_pad_style, counted as the seed does (one FLOP per
+    element for the activation, present or not)."""
+    return conv_bn(g, x, name, ic, oc, k, stride, style(net), activation, groups, seed_act_flops=True)
 
 
 def _join(g, h, x, residual: bool, net):
@@ -72,11 +72,11 @@ class MbConv(Layer):
             mid = bic * self.expand
             h = x
             if self.expand != 1:
-                h = _unit(g, h, f"{i}.expand.", bic, mid, 1, 1, self.act)
-            h = _unit(g, h, f"{i}.dw.", mid, mid, self.k_size, s, self.act, groups=mid)
+                h = _unit(g, h, net, f"{i}.expand.", bic, mid, 1, 1, self.act)
+            h = _unit(g, h, net, f"{i}.dw.", mid, mid, self.k_size, s, self.act, groups=mid)
             if self.use_se:
                 h = _se(g, h, f"{i}.se.", max(1, bic // 4), "swish", "sigmoid")
-            h = _unit(g, h, f"{i}.project.", mid, self.oc, 1, 1, "identity")
+            h = _unit(g, h, net, f"{i}.project.", mid, self.oc, 1, 1, "identity")
             x = _join(g, h, x, s == 1 and bic == self.oc, net)
         return x
 
@@ -110,11 +110,11 @@ class MbConvV3(Layer):
         e = self.expand_ch
         h = x
         if e != self.ic:
-            h = _unit(g, h, "expand.", self.ic, e, 1, 1, self.act)
-        h = _unit(g, h, "dw.", e, e, self.k_size, self.stride, self.act, groups=e)
+            h = _unit(g, h, net, "expand.", self.ic, e, 1, 1, self.act)
+        h = _unit(g, h, net, "dw.", e, e, self.k_size, self.stride, self.act, groups=e)
         if self.use_se:
             h = _se(g, h, "se.", make_divisible(e / 4), "relu", "h_sigmoid")
-        h = _unit(g, h, "project.", e, self.oc, 1, 1, "identity")
+        h = _unit(g, h, net, "project.", e, self.oc, 1, 1, "identity")
         # no stochastic depth in MobileNetV3 (torchvision has none): no site
         return _join(g, h, x, self.stride == 1 and self.ic == self.oc, None)
 
@@ -146,10 +146,10 @@ class FusedMbConv(Layer):
             s = self.stride if i == 0 else 1
             bic = self.ic if i == 0 else self.oc
             mid = self.oc if self.expand == 1 else bic * self.expand
-            h = _unit(g, x, f"{i}.fused.", bic, mid, self.k_size, s, "swish")
+            h = _unit(g, x, net, f"{i}.fused.", bic, mid, self.k_size, s, "swish")
             if self.use_se:
                 h = _se(g, h, f"{i}.se.", max(1, bic // 4), "swish", "sigmoid")
             if self.expand != 1:
-                h = _unit(g, h, f"{i}.project.", mid, self.oc, 1, 1, "identity")
+                h = _unit(g, h, net, f"{i}.project.", mid, self.oc, 1, 1, "identity")
             x = _join(g, h, x, s == 1 and bic == self.oc, net)
         return x

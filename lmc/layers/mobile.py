@@ -1,7 +1,9 @@
 """Mobile (TF-origin) blocks built from conv / batch_norm / act / add primitives, so they lower
 and get their backward from the graph: separable_conv, inverted_residual (MobileNetV2) and uib
-(MobileNetV4).  Their internal convs pad XLA-SAME, as the reference's mobile helpers do
-(`conv_pad_style` only moves top-level strided convs)."""
+(MobileNetV4).  Their internal convs pad as the net's `conv_pad_style` says: XLA-SAME by
+default, as the reference's mobile helpers do; `symmetric` ((k−1)//2 each side) in the specs
+that claim torchvision's MobileNets, whose strided depthwise convs pad so
+(tests/test_published.py)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -10,7 +12,10 @@ from ..types import TensorType
 from . import Layer, register
 from ._common import check_channels, conv_bn, drop_path
 
-STYLE = "xla_same"
+
+def style(net) -> str:
+    """Block-internal padding: the net's conv_pad_style (xla_same without a net)."""
+    return net.conv_pad_style.value if net is not None else "xla_same"
 
 
 @register("separable_conv")
@@ -19,7 +24,8 @@ class SeparableConv(Layer):
     """Depthwise-separable conv: depthwise 3×3 (stride, groups = ic) → BN → relu6 → pointwise
     1×1 ic→oc → BN → relu6.  Output [B, oc, ⌈H/s⌉, ⌈W/s⌉].
     Params: dw.weight [ic,1,3,3], dw.gamma, dw.beta, pw.weight [oc,ic,1,1], pw.gamma, pw.beta.
-    Assumptions: NCHW input with ic channels; XLA-SAME padding (the reference's JAX `sep_conv`)."""
+    Assumptions: NCHW input with ic channels; padding per `conv_pad_style` (XLA-SAME by
+    default: the reference's JAX `sep_conv`)."""
     ic: int
     oc: int
     stride: int = 1
@@ -28,8 +34,8 @@ class SeparableConv(Layer):
 
     def build(self, g, x, net):
         check_channels(x, self.ic)
-        x = conv_bn(g, x, "dw.", self.ic, self.ic, 3, self.stride, STYLE, "relu6", groups=self.ic)
-        return conv_bn(g, x, "pw.", self.ic, self.oc, 1, 1, STYLE, "relu6")
+        x = conv_bn(g, x, "dw.", self.ic, self.ic, 3, self.stride, style(net), "relu6", groups=self.ic)
+        return conv_bn(g, x, "pw.", self.ic, self.oc, 1, 1, style(net), "relu6")
 
 
 @register("inverted_residual")
@@ -41,7 +47,8 @@ class InvertedResidual(Layer):
     stride is 1 and bic = oc (no activation after the add).
     Params per block: [expand.weight [mid,bic,1,1], γ, β], dw.weight [mid,1,3,3], γ, β,
     project.weight [oc,mid,1,1], γ, β.
-    Assumptions: NCHW input with ic channels; XLA-SAME padding inside the block."""
+    Assumptions: NCHW input with ic channels; padding inside the block per `conv_pad_style`
+    (XLA-SAME by default; torchvision's is symmetric)."""
     ic: int
     oc: int
     expand: int
@@ -58,9 +65,9 @@ class InvertedResidual(Layer):
             mid = bic * self.expand
             h = x
             if self.expand != 1:
-                h = conv_bn(g, h, f"{i}.expand.", bic, mid, 1, 1, STYLE, "relu6")
-            h = conv_bn(g, h, f"{i}.dw.", mid, mid, 3, s, STYLE, "relu6", groups=mid)
-            h = conv_bn(g, h, f"{i}.project.", mid, self.oc, 1, 1, STYLE, "identity")
+                h = conv_bn(g, h, f"{i}.expand.", bic, mid, 1, 1, style(net), "relu6")
+            h = conv_bn(g, h, f"{i}.dw.", mid, mid, 3, s, style(net), "relu6", groups=mid)
+            h = conv_bn(g, h, f"{i}.project.", mid, self.oc, 1, 1, style(net), "identity")
             x = g.op("add", drop_path(g, h, net), x) if s == 1 and bic == self.oc else h
         return x
 
@@ -76,9 +83,9 @@ class Uib(Layer):
     Variants: ExtraDW (pre, post > 0), IB (pre = 0), ConvNeXt-like (post = 0), FFN (both 0).
     Params: [pre_dw.weight [ic,1,p,p], γ, β], expand.weight [mid,ic,1,1], γ, β,
     [post_dw.weight [mid,1,q,q], γ, β], project.weight [oc,mid,1,1], γ, β.
-    Assumptions: NCHW input with ic channels; XLA-SAME padding.  Deviates from the Lean kit,
-    which applies ReLU after pre_dw and always strides there (same shapes and parameters);
-    a stride > 1 with both kernels 0 is refused (nothing would apply it)."""
+    Assumptions: NCHW input with ic channels; padding per `conv_pad_style`.  Deviates from the
+    Lean kit, which applies ReLU after pre_dw and always strides there (same shapes and
+    parameters); a stride > 1 with both kernels 0 is refused (nothing would apply it)."""
     ic: int
     oc: int
     expand: int
@@ -99,9 +106,9 @@ class Uib(Layer):
         h = x
         if self.pre_d_wk:
             s = 1 if self.post_d_wk else self.stride
-            h = conv_bn(g, h, "pre_dw.", self.ic, self.ic, self.pre_d_wk, s, STYLE, "identity", groups=self.ic)
-        h = conv_bn(g, h, "expand.", self.ic, mid, 1, 1, STYLE, "relu")
+            h = conv_bn(g, h, "pre_dw.", self.ic, self.ic, self.pre_d_wk, s, style(net), "identity", groups=self.ic)
+        h = conv_bn(g, h, "expand.", self.ic, mid, 1, 1, style(net), "relu")
         if self.post_d_wk:
-            h = conv_bn(g, h, "post_dw.", mid, mid, self.post_d_wk, self.stride, STYLE, "relu", groups=mid)
-        h = conv_bn(g, h, "project.", mid, self.oc, 1, 1, STYLE, "identity")
+            h = conv_bn(g, h, "post_dw.", mid, mid, self.post_d_wk, self.stride, style(net), "relu", groups=mid)
+        h = conv_bn(g, h, "project.", mid, self.oc, 1, 1, style(net), "identity")
         return g.op("add", drop_path(g, h, net), x) if self.stride == 1 and self.ic == self.oc else h
