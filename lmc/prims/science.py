@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..types import TensorType
+from ..types import TensorType, flt
 from . import Prim, primitive
 
 
@@ -14,14 +14,36 @@ from . import Prim, primitive
 class FourierFeatures(Prim):
     """Per value p of the last axis: (sin(2⁰πp), cos(2⁰πp), …, sin(2^(L−1)πp), cos(2^(L−1)πp)),
     L = num_frequencies: [..., D] → [..., D·2L], coordinate-major.  FLOPs 20 per output element
-    (the seed's count).  bwd: dp = Σ_k 2^k π (cos·dy_sin − sin·dy_cos)."""
+    (the seed's count).  Saves y (its sines and cosines).  bwd: dp = Σ_k 2^k π (cos·dy_sin − sin·dy_cos).
+    Inputs are drawn in [−1, 1] (NeRF's normalised coordinates, diffusion's t/T): the f32 phase
+    2^k·π·p carries a rounding of |phase|·2⁻²⁴, which the forward tolerance must cover."""
     inputs = ("x",)
     params = ()
+    examples = [(dict(num_frequencies=4), [TensorType((5, 3))], []),         # positional_encoding
+                (dict(num_frequencies=2), [TensorType((2, 7, 2))], []),      # [B, N, D]
+                (dict(num_frequencies=3), [TensorType((2, 1))], []),         # time_cond_add's scalar
+                (dict(num_frequencies=1), [TensorType((3, 2))], [])]         # L = 1
 
     def infer(self, ins, ps):
         (x,) = ins
         out = TensorType(x.dims[:-1] + (x.dims[-1] * 2 * self.num_frequencies,))
         return out, 20 * out.size
+
+    def saved(self, ins, ps, out):
+        return [out]
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        n, r = self.num_frequencies, x.rank
+        a = x.dims + (n,)
+        return {"a": TensorType(a).mlir, "a1": TensorType(a + (1,)).mlir, "a2": TensorType(a + (2,)).mlir,
+                "w": TensorType((n,)).mlir, "freqs": ", ".join(flt(np.pi * 2.0 ** k) for k in range(n)),
+                "xdims": list(range(r)), "ldim": r, "pair": r + 1,
+                "lo": ", ".join("0:" + str(d) for d in a) + ", 0:1",
+                "hi": ", ".join("0:" + str(d) for d in a) + ", 1:2"}
+
+    def draw(self, rng, t, is_input):
+        return rng.uniform(-1.0, 1.0, t.dims).astype(np.float32)
 
     @staticmethod
     def reference(xp, x, num_frequencies):
