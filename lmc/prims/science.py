@@ -55,9 +55,24 @@ class FourierFeatures(Prim):
 
 @primitive("rms_norm")
 class RmsNorm(Prim):
-    """y = γ·x/√(mean(x²) + ε) over the last axis (ε = 1e-5), γ [D].  FLOPs 4 per element."""
+    """y = γ·x/√(mean(x²) + ε) over the last axis (ε = 1e-5), γ [D].  FLOPs 4 per element.
+    Saves x̂ = x·rstd and rstd = 1/√(mean(x²) + ε) (x's shape without the last axis).
+    bwd: dγ = Σ_rest dy·x̂,  dx̂ = dy·γ,  dx = rstd·(dx̂ − x̂·mean(dx̂·x̂))."""
     inputs = ("x",)
     params = ("gamma",)
+    examples = [({}, [TensorType((2, 5, 4))], [TensorType((4,))]),           # mamba: [B, L, dim]
+                ({}, [TensorType((3, 6))], [TensorType((6,))]),
+                ({}, [TensorType((2, 3, 1))], [TensorType((1,))])]           # D = 1
+
+    def saved(self, ins, ps, out):
+        (x,) = ins
+        return [x, TensorType(x.dims[:-1])]
+
+    def context(self, ins, ps, out):
+        (x,) = ins
+        ax = x.rank - 1
+        return {"ax": ax, "rest": list(range(ax)), "inv_d": flt(1.0 / x.dims[ax]), "eps": flt(1e-5),
+                "r": TensorType(x.dims[:-1]).mlir, "c": ps[0].mlir}
 
     def infer(self, ins, ps):
         (x,), (g,) = ins, ps
@@ -75,10 +90,41 @@ class SelectiveScan(Prim):
     """Mamba's state-space scan without a Δ projection (the Lean kit's): u [B, L, E],
     bc [B, L, 2N] (B_t then C_t), A = −exp(a_log) [E, N], D [E]:
     h_t = exp(A)·h_{t−1} + B_t·u_t,  y_t = C_t·h_t + D·u_t  → [B, L, E].
-    FLOPs 6·N + 2 per element of u."""
+    FLOPs 6·N + 2 per element of u.  The recurrence is a `stablehlo.while` over L (any L; one
+    elementwise step per iteration), everything else is batched over all steps: X_t = u_t ⊗ B_t,
+    h_t = exp(A)·h_{t−1} + X_t (loop), y = Σ_n H·C + D·u.  Saves u, bc and every state
+    H [B, L, E, N] (L·N floats per element of u; recomputing h backwards by dividing by exp(A)
+    would be unstable where exp(A) is small).  bwd: the reverse-time adjoint scan
+    G_t = dy_t ⊗ C_t + exp(A)·G_{t+1} (a second while loop), then dC = Σ_e dy·H, dB = Σ_e G·u,
+    du = Σ_n G·B + D·dy, d(exp A) = Σ_{b,t} G_t·h_{t−1}, da_log = −d(exp A)·exp(A)·exp(a_log),
+    dD = Σ_{b,t} dy·u."""
     inputs = ("u", "bc")
     params = ("a_log", "d")
     n_inputs = 2
+    examples = [({}, [TensorType((2, 5, 3)), TensorType((2, 5, 4))], [TensorType((3, 2)), TensorType((3,))]),
+                ({}, [TensorType((1, 8, 2)), TensorType((1, 8, 6))], [TensorType((2, 3)), TensorType((2,))]),
+                ({}, [TensorType((2, 1, 3)), TensorType((2, 1, 2))], [TensorType((3, 1)), TensorType((3,))])]  # L = 1
+
+    def saved(self, ins, ps, out):
+        (u, bc), (a, _) = ins, ps
+        return [u, bc, TensorType(u.dims + (a.dims[1],))]
+
+    def context(self, ins, ps, out):
+        (u, bc), (a, _) = ins, ps
+        b, l, e = u.dims
+        n = a.dims[1]
+        return {"H": TensorType((b, l, e, n)).mlir, "h": TensorType((b, e, n)).mlir,
+                "h1": TensorType((b, 1, e, n)).mlir, "bt": TensorType((b, l, n)).mlir,
+                "Hl": TensorType((b, l - 1, e, n)).mlir, "L": l, "last": l - 1,
+                "b_sl": f"[0:{b}, 0:{l}, 0:{n}]", "c_sl": f"[0:{b}, 0:{l}, {n}:{2 * n}]",
+                "prev_sl": f"[0:{b}, 0:{l - 1}, 0:{e}, 0:{n}]", "sizes": f"[{b}, 1, {e}, {n}]"}
+
+    def draw(self, rng, t, is_input):
+        # a_log in [−2, 1]: decays exp(−e^a) from 0.07 to 0.87, the state neither vanishing at
+        # once nor (as at a_log ≪ 0) summing L steps undamped
+        if not is_input and t.rank == 2:
+            return rng.uniform(-2.0, 1.0, t.dims).astype(np.float32)
+        return super().draw(rng, t, is_input)
 
     def infer(self, ins, ps):
         (u, bc), (a, d) = ins, ps
