@@ -1,6 +1,5 @@
-"""Declared primitives (shape rule, FLOPs, float64 reference; no template yet) for the NeRF,
-diffusion, Mamba and AlphaFold kinds: fourier_features, rms_norm, selective_scan and
-outer_product_mean."""
+"""Primitives of the NeRF, diffusion, Mamba and AlphaFold kinds: fourier_features, rms_norm,
+selective_scan (a stablehlo.while scan and its reverse-time adjoint) and outer_product_mean."""
 from __future__ import annotations
 
 import numpy as np
@@ -151,9 +150,32 @@ class OuterProductMean(Prim):
     """AlphaFold's MSA → pair update, in the Lean kit's count: a = msa·w ([B, S, R, cm]·[cm, c]),
     o[b, i, j] = mean_s a[b, s, i] ⊗ a[b, s, j] flattened (c²), then its first `channels`
     entries (repeated cyclically when c² < channels) → pair [B, R, R, channels].
-    FLOPs 2·B·S·R²·cm (the seed's count)."""
+    FLOPs 2·B·S·R²·cm (the seed's count).  Saves msa and a.  bwd: with do the cotangent of o
+    (dy's channels k summed onto k mod c², the cyclic repeat's adjoint) scaled by 1/S,
+    da = Σ_{j,q} (do + doᵀ)[b, i, j, p, q]·a[b, s, j, q] (ᵀ: swap i↔j and p↔q: a is used on both
+    sides), dmsa = da·wᵀ, dw = Σ_{b,s,r} msa ⊗ da."""
     inputs = ("msa",)
     params = ("w",)
+    examples = [(dict(channels=4), [TensorType((1, 3, 4, 5))], [TensorType((5, 2))]),     # c² = channels
+                (dict(channels=3), [TensorType((2, 2, 3, 4))], [TensorType((4, 2))]),     # the first 3 of c² = 4
+                (dict(channels=4), [TensorType((1, 3, 5, 8))], [TensorType((8, 1))]),     # evoformer: c = 1, repeated
+                (dict(channels=6), [TensorType((1, 2, 3, 3))], [TensorType((3, 2))])]     # repeated, then cut
+
+    def saved(self, ins, ps, out):
+        (m,), (w,) = ins, ps
+        return [m, TensorType(m.dims[:3] + (w.dims[1],))]
+
+    def context(self, ins, ps, out):
+        (m,), (w,) = ins, ps
+        b, s, r, _ = m.dims
+        c = w.dims[1]
+        c2, ch = c * c, self.channels
+        rep = -(-ch // c2)
+        t = lambda *d: TensorType(d).mlir
+        return {"a": t(b, s, r, c), "o5": t(b, r, c, r, c), "o5t": t(b, r, r, c, c), "o4": t(b, r, r, c2),
+                "rep": rep, "c2": c2, "exact": ch == c2, "inv_s": flt(1.0 / s),
+                "oc": t(b, r, r, rep * c2), "oc5": t(b, r, r, rep, c2),
+                "cut": f"[0:{b}, 0:{r}, 0:{r}, 0:{ch}]", "pad_hi": f"[0, 0, 0, {rep * c2 - ch}]"}
 
     def infer(self, ins, ps):
         (m,), (w,) = ins, ps
