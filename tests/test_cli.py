@@ -313,7 +313,15 @@ train: {learning_rate: 0.1, batch_size: 4, epochs: 1}
 """
 
 
-def test_validate_warns_of_what_render_and_train_refuse(tmp_path):
+@pytest.fixture
+def scan_declared(monkeypatch):
+    """selective_scan as a declared primitive (its template hidden): every layer kind lowers
+    now, so the refusal of one that does not is tested on mamba_block without its scan."""
+    from lmc.prims import all_prims
+    monkeypatch.setattr(all_prims()["selective_scan"], "lowered", classmethod(lambda cls: False))
+
+
+def test_validate_warns_of_what_render_and_train_refuse(tmp_path, scan_declared):
     """A valid spec exits 0, but every item lmc render/train would refuse is one located warning."""
     spec = tmp_path / "unlowered.yaml"
     spec.write_text(UNLOWERED)
@@ -350,7 +358,7 @@ train: {learning_rate: 0.01, batch_size: 4, epochs: 1, use_yolov1: true}
 """
 
 
-def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path):
+def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path, scan_declared):
     """The spec's data directory does not exist here: the refusal must come first, without
     reading any data or compiling."""
     import lmc.train as tr

@@ -1,5 +1,5 @@
-"""DDPM time conditioning, built from the declared slice, fourier_features, transpose and
-broadcast primitives and a dense projection: not lowered yet."""
+"""DDPM time conditioning, built from the slice, fourier_features, transpose and broadcast
+primitives and a dense projection."""
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,6 +19,13 @@ class TimeCondAdd(Layer):
     channels: int
     n_freq: int
     examples: ClassVar = [(dict(channels=4, n_freq=3), TensorType((2, 4, 5, 5)))]
+
+    @classmethod
+    def net_before(cls, fields, x):
+        # inside a net, as in a DDPM U-Net: a conv from the [image, t/T] input, so the layer's
+        # own input is not the network input whose last channel it reads
+        b, c, h, w = x.dims
+        return [("conv2d", dict(ic=3, oc=c, k_size=3))], (b, 3, h, w)
 
     def build(self, g, x, net):
         b, c, h, w = image(x.type, self.channels, "channels")

@@ -1,6 +1,5 @@
 """NeRF kinds (Mildenhall et al. 2020), spec-only in the reference: positional_encoding (the
-declared fourier_features primitive) and nerf_mlp (dense layers and the declared slice and
-concat), so neither lowers yet."""
+fourier_features primitive) and nerf_mlp (dense layers, slice and concat)."""
 from dataclasses import dataclass
 from typing import ClassVar
 

@@ -1,7 +1,6 @@
 """Sequence and scientific-model kinds from the reference's bestiary (spec-only there):
-mamba_block, wave_net_block, evoformer_block, structure_module, built from primitives, many
-declared (conv1d, selective_scan, rms_norm, tanh, mul, matmul, softmax, outer_product_mean…),
-so none lowers yet.  Their parameter lists add up
+mamba_block, wave_net_block, evoformer_block, structure_module, built from primitives (conv1d,
+selective_scan, rms_norm, tanh, mul, matmul, softmax, outer_product_mean…).  Their parameter lists add up
 to the Lean kit's `Layer.nParams`, which the reference calls approximate by design (layers.md
 §3.19, 3.29, 3.30, 3.35): the docstrings name what each tensor stands for."""
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ class MambaBlock(Layer):
     state_size: int
     expand: int
     n_blocks: int
-    examples: ClassVar = [(dict(dim=4, state_size=3, expand=2, n_blocks=2), TensorType((2, 5, 4)))]
+    examples: ClassVar = [(dict(dim=4, state_size=3, expand=2, n_blocks=1), TensorType((2, 5, 4)))]
 
     def build(self, g, x, net):
         b, n, d = tokens(x.type, self.dim)
@@ -113,7 +112,9 @@ class EvoformerBlock(Layer):
     msa_channels: int
     pair_channels: int
     n_blocks: int
-    examples: ClassVar = [(dict(msa_channels=8, pair_channels=4, n_blocks=2), TensorType((1, 3, 5, 8)))]
+    # small and one block: without the LayerNorms AlphaFold has, activations grow with width and
+    # depth, and an oracle net with logits ~50 apart has only f32 rounding noise for gradients
+    examples: ClassVar = [(dict(msa_channels=4, pair_channels=8, n_blocks=1), TensorType((2, 2, 3, 4)))]
 
     def build(self, g, x, net):
         t_ = x.type

@@ -1,6 +1,5 @@
-"""Primitives of the CNN bestiary: dilated_conv (atrous), avg_pool, channel_shuffle,
-leaky_relu and tanh lower; conv1d (1-D, dilated, causal by its padding) is declared (shape
-rule, FLOPs, float64 reference; no template yet)."""
+"""Primitives of the CNN bestiary: dilated_conv (atrous), conv1d (1-D, dilated, causal by its
+padding, grouped or depthwise), avg_pool, channel_shuffle, leaky_relu and tanh."""
 from __future__ import annotations
 
 from ..errors import ShapeError
@@ -81,12 +80,57 @@ class DilatedConv(Conv):
 class Conv1d(Prim):
     """1-D convolution of [B, C, T]: w [O, C/groups, K], taps `dilation` apart, padding
     (lo, hi) on T (lo = (K−1)·d, hi = 0: causal), or w [C, K] for a depthwise conv (groups = C).
-    FLOPs 2·B·O·T_out·(C/groups)·K."""
+    FLOPs 2·B·O·T_out·(C/groups)·K.  Its own template, no stablehlo.convolution (conv's reasons);
+    saves x.  Two forms:
+    - depthwise (one input and one output channel per group): K shifted slices of the padded x
+      × per-channel weights, elementwise, as conv's depthwise form; dx by the flipped kernel;
+    - otherwise: the K tap slices of the padded x stacked into patches [B, g, C/g, K, T_out]
+      and one dot_general batched over the groups; the backward re-slices the patches (K·x of
+      memory not kept); dw = dy·patchesᵀ, dx = Σ_k the k-th tap of wᵀ·dy padded back to its
+      offset k·d, cropped by the padding."""
     inputs = ("x",)
     params = ("w",)
+    examples = [
+        (dict(dilation=2, pad=(2, 0), groups=1), [_t(2, 3, 8)], [_t(4, 3, 2)]),       # wave_net: causal, dilated
+        (dict(dilation=1, pad=(0, 2), groups=2), [_t(1, 4, 6)], [_t(6, 2, 3)]),       # grouped, high pad only
+        (dict(dilation=2, pad=(4, 0)), [_t(2, 2, 3)], [_t(2, 3)]),                    # depthwise [C, K], causal; dead taps
+        (dict(dilation=1, pad=(2, 1), groups=3), [_t(2, 3, 5)], [_t(3, 1, 2)]),       # depthwise [C, 1, K]; pad > K − 1
+        (dict(dilation=1, pad=(0, 0), groups=1), [_t(2, 4, 5)], [_t(3, 4, 1)]),       # 1×1 projection
+    ]
 
     def _w(self, w):
         return (w.dims[0], 1, w.dims[1]) if w.rank == 2 else w.dims
+
+    def saved(self, ins, ps, out):
+        return list(ins)
+
+    def context(self, ins, ps, out):
+        (x,), (w,) = ins, ps
+        b, c, t = x.dims
+        o, ci, k = self._w(w)
+        g = c // ci if w.rank == 2 else self.groups
+        og, d = o // g, self.dilation
+        lo, hi = self.pad
+        tp, to = t + lo + hi, out.dims[2]
+        if g == c and ci == 1 and og == 1:
+            # depthwise: K shifted slices × per-channel weights, elementwise (a dot_general
+            # batched over C groups of K-long contractions measured 4× slower)
+            ek = (k - 1) * d
+            return dict(depthwise=True, k=k, c=c, wck=_t(c, k).mlir, wc1=_t(c, 1).mlir, wc=_t(c).mlir,
+                        xp=_t(b, c, tp).mlir, lo=f"[0, 0, {lo}]", hi=f"[0, 0, {hi}]",
+                        taps=[f"[0:{b}, 0:{c}, {i * d}:{i * d + to}]" for i in range(k)],
+                        dyp=_t(b, c, to + 2 * ek - lo - hi).mlir, dlo=f"[0, 0, {ek - lo}]", dhi=f"[0, 0, {ek - hi}]",
+                        dtaps=[f"[0:{b}, 0:{c}, {i * d}:{i * d + t}]" for i in range(k)])
+        return dict(depthwise=False, 
+            x4=_t(b, g, ci, t).mlir, xp4=_t(b, g, ci, tp).mlir, w4=_t(g, og, ci, k).mlir,
+            tap=_t(b, g, ci, 1, to).mlir, tap3=_t(b, g, ci, to).mlir, P=_t(b, g, ci, k, to).mlir, yd=_t(g, b, to, og).mlir,
+            y4=_t(b, g, og, to).mlir, dP=_t(g, ci, k, b, to).mlir, dPk=_t(g, ci, 1, b, to).mlir,
+            dPk3=_t(g, ci, b, to).mlir, dxp=_t(g, ci, b, tp).mlir, dxc=_t(g, ci, b, t).mlir,
+            lo=f"[0, 0, 0, {lo}]", hi=f"[0, 0, 0, {hi}]", k=k,
+            taps=[f"[0:{b}, 0:{g}, 0:{ci}, {i * d}:{i * d + to}]" for i in range(k)],
+            dtaps=[f"[0:{g}, 0:{ci}, {i}:{i + 1}, 0:{b}, 0:{to}]" for i in range(k)],
+            dlo=[f"[0, 0, 0, {i * d}]" for i in range(k)], dhi=[f"[0, 0, 0, {tp - to - i * d}]" for i in range(k)],
+            crop=f"[0:{g}, 0:{ci}, 0:{b}, {lo}:{lo + t}]")
 
     def infer(self, ins, ps):
         (x,), (w,) = ins, ps
