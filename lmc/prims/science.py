@@ -112,7 +112,7 @@ class SelectiveScan(Prim):
         return [u, bc, TensorType(u.dims + (a.dims[1],))]
 
     def context(self, ins, ps, out):
-        (u, bc), (a, _) = ins, ps
+        (u, _), (a, _) = ins, ps
         b, l, e = u.dims
         n = a.dims[1]
         return {"H": TensorType((b, l, e, n)).mlir, "bt": TensorType((b, l, n)).mlir,
