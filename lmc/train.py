@@ -918,6 +918,9 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         devs = [[d[i] for d in dev] for i in range(dev[0].shape[0])]
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
+    if meta is not None and meta.get("vocab") != ds.vocab:
+        raise TrainError(f"{init} was trained on another character vocabulary than this text's "
+                         f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
     b = resolve_backend(backend)
     text = None
     if net.spec.train is not None:

@@ -390,6 +390,9 @@ def test_train_then_sample_a_char_lm(tmp_path):
     corpus.write_text(text + "XYZ", encoding="utf-8")          # a changed corpus: other ids
     with pytest.raises(TrainError, match="character vocabulary differs"):
         train(infer(load_spec(spec)), TrainOptions(out=run, steps=40, resume=True), Console(file=io.StringIO()))
+    from lmc.train import evaluate_checkpoint
+    with pytest.raises(TrainError, match="trained on another character vocabulary"):
+        evaluate_checkpoint(infer(load_spec(spec)), run / "last.npz", None, None, None, lambda *a: None)
 
 
 def test_sample_refuses_a_classifier():
