@@ -60,6 +60,11 @@ class TypedNet:
         return [l for l in self.layers if not l.lowered]
 
 
+def param_prefix(entry) -> str:
+    """The name prefix of a spec entry's parameters and state: `03.residual_block.`."""
+    return f"{entry.index:02d}.{entry.layer.kind}."
+
+
 def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
     """Shape-check every layer for a batch of `batch` (default: the recipe's batch_size, else 1)."""
     if batch is None:
@@ -70,7 +75,7 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
     infos = []
     for entry in spec.layers:
         layer = entry.layer
-        g.prefix = f"{entry.index:02d}.{layer.kind}."
+        g.prefix = param_prefix(entry)
         g.layer = entry.index
         n_params, n_state, n_nodes = len(g.params), len(g.state), len(g.nodes)
         where = f"layer {entry.index} ({layer.kind})"

@@ -119,12 +119,13 @@ def apply_det_prior(params: list[np.ndarray], net, cfg) -> list[str]:
     if not heads:
         raise TrainError(f"train.det_prior_pi {pi:g}: it initialises fpn_detect's objectness biases, and this "
                          f"net has no fpn_detect head", hint="drop det_prior_pi")
+    from .infer import param_prefix
     b = -np.log((1.0 - pi) / pi)
     where = {p.name: i for i, p in enumerate(net.params)}
     names = []
     for e in heads:
         for lvl in (3, 4, 5):
-            name = f"{e.index:02d}.fpn_detect.head{lvl}.bias"
+            name = f"{param_prefix(e)}head{lvl}.bias"
             bias = params[where[name]].copy()
             bias[4::15] = b
             params[where[name]] = bias.astype(np.float32)
