@@ -28,7 +28,8 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(TEST_STAMP)  ## create .venv and install lmc with its test extras
 
-test: $(TEST_STAMP)  ## the default suite (what CI runs)
+test: $(TEST_STAMP)  ## the stage order (lint-imports), then the default suite (what CI runs)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
 # the bench extra brings torch + torchvision: tests/test_published.py checks the reference nets
@@ -40,7 +41,9 @@ demo: $(RUN_STAMP)  ## train the digits CNN on the embedded dataset (about 30 s 
 	$(BIN)/lmc train specs/digits_cnn.yaml --out runs/digits_cnn --overwrite
 	$(BIN)/lmc plot runs/digits_cnn
 
+# the stage order (.importlinter: no stage imports a later one, no cycle) and unused names
 lint: $(TEST_STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pyflakes lmc tests benchmarks
 
 bench: $(BENCH_STAMP)  ## lmc vs JAX vs PyTorch on the four reference nets; writes benchmarks/RESULTS.md

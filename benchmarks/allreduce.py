@@ -55,7 +55,7 @@ def worker(engine: str, floats: int, iters: int) -> None:
             def call():
                 comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM)
         else:
-            from lmc.dist import Mpi
+            from lmc.run.dist import Mpi
             w = Mpi(60.0)
             arrays = [np.ones(n, np.float32) for n in _sizes(floats)]
 
@@ -86,7 +86,7 @@ def run(engine: str, floats: int, iters: int) -> list[float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     me = [sys.executable, __file__, "--worker", engine, "--floats", str(floats), "--iters", str(iters)]
     if engine.startswith("mpi"):
-        from lmc.dist import mpiexec
+        from lmc.run.dist import mpiexec
         out = subprocess.run([mpiexec(), "-n", "2", *me], env=env, capture_output=True, text=True, timeout=600)
         lines = out.stdout
     else:

@@ -20,11 +20,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import micro                          # noqa: E402
-from lmc.bench import stepper          # noqa: E402
-from lmc.infer import infer            # noqa: E402
-from lmc.lower import lower            # noqa: E402
-from lmc.render import env            # noqa: E402
-from lmc.spec import load_spec         # noqa: E402
+from lmc.train.bench import stepper  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower  # noqa: E402
+from lmc.core.render import env  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 X, W, Y = "tensor<64x65x192xf32>", "tensor<192x768xf32>", "tensor<64x65x768xf32>"
 DT = ["--iree-global-opt-data-tiling"]   # packed (mmt4d) matmuls: the only path to AVX512-BF16 vdpbf16ps

@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lmc.compile import compile_module  # noqa: E402
-from lmc.infer import infer  # noqa: E402
-from lmc.lower import lower  # noqa: E402
-from lmc.spec import load_spec  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 
 def main():

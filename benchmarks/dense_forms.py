@@ -15,10 +15,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import micro                          # noqa: E402
-from lmc.bench import stepper          # noqa: E402
-from lmc.infer import infer            # noqa: E402
-from lmc.lower import lower            # noqa: E402
-from lmc.spec import load_spec         # noqa: E402
+from lmc.train.bench import stepper  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 DW = re.compile(r"  %dw = stablehlo.dot_general %x, %dy, contracting_dims = \[0\] x \[0\] : "
                 r"\((tensor<(\d+)x(\d+)xf32>), (tensor<\d+x(\d+)xf32>)\) -> (tensor<\d+x\d+xf32>)\n")

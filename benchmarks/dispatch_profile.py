@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import micro                                  # noqa: E402
-from lmc.bench import _initial                 # noqa: E402
-from lmc.compile import compile_module         # noqa: E402
-from lmc.infer import infer                    # noqa: E402
-from lmc.lower import abi, lower               # noqa: E402
-from lmc.masks import draw                     # noqa: E402
-from lmc.spec import load_spec                 # noqa: E402
+from lmc.train.bench import _initial  # noqa: E402
+from lmc.compile import compile_module  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import abi, lower  # noqa: E402
+from lmc.train.masks import draw  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 
 def main():

@@ -61,10 +61,10 @@ TIME_NETS = [  # the bench nets (benchmarks/run.py NETS[:4]) at batch 128
 
 def lowerable_specs() -> list[Path]:
     """specs/*.yaml whose whole train module renders (tests/test_compile_specs.py `lowerable`)."""
-    from lmc.errors import LmcError
-    from lmc.infer import infer
-    from lmc.lower import unsupported
-    from lmc.spec import load_spec
+    from lmc.core.errors import LmcError
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import unsupported
+    from lmc.spec.netspec import load_spec
     out = []
     for p in sorted((ROOT / "specs").glob("*.yaml")):
         try:
@@ -77,13 +77,13 @@ def lowerable_specs() -> list[Path]:
 
 
 def _accum(net) -> int:
-    from lmc.lower import abi
+    from lmc.lower.lowering import abi
     return abi(net).accum
 
 
 def _net(spec: str, sets: list[str]):
-    from lmc.infer import infer
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.spec.netspec import load_spec
     return infer(load_spec(ROOT / spec, sets))
 
 
@@ -107,7 +107,7 @@ def cases(specs, batch: int, time_nets: bool) -> list[dict]:
 
 def prepare(args) -> dict:
     from lmc.compile import compile_module, compiler_version, find_compiler, flags
-    from lmc.lower import lower
+    from lmc.lower.lowering import lower
     d = Path(args.dir)
     (d / "vmfb").mkdir(parents=True, exist_ok=True)
     specs = [ROOT / s if not Path(s).is_absolute() else Path(s) for s in args.specs] if args.specs else lowerable_specs()
@@ -141,8 +141,8 @@ def prepare(args) -> dict:
 
 def _train(net, vmfb: Path, backend: str, steps: int, time_steps: int) -> dict:
     """N steps from lmc.bench's seed-0 initial state and batch; losses, final state, timings."""
-    from lmc.bench import stepper
-    from lmc.runtime import Module
+    from lmc.train.bench import stepper
+    from lmc.run.runtime import Module
     t0 = time.perf_counter()
     m = Module(vmfb, backend)
     load_s = time.perf_counter() - t0
@@ -172,7 +172,7 @@ def _host(a):
 
 def _n_state(net) -> int:
     """Parameters, then optimizer slots and EMA copies, then running state: the step's state."""
-    from lmc.lower import abi
+    from lmc.lower.lowering import abi
     a = abi(net)
     return len(a.params) + len(a.opt) + len(a.ema) + len(a.state)
 
@@ -180,7 +180,7 @@ def _n_state(net) -> int:
 def compare(net, dev: dict, ref: dict, loss_rtol: float, param_rtol: float) -> dict:
     """The report's verdict for one case (see the module docstring for the tolerances)."""
     import numpy as np
-    from lmc.lower import abi
+    from lmc.lower.lowering import abi
     a = abi(net)
     n_p = len(a.params)
     keep = list(range(n_p)) + list(range(_n_state(net) - len(a.state), _n_state(net)))   # params + running state

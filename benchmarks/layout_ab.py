@@ -18,10 +18,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import micro                          # noqa: E402
-from lmc.bench import stepper          # noqa: E402
-from lmc.infer import infer            # noqa: E402
-from lmc.lower import lower            # noqa: E402
-from lmc.spec import load_spec         # noqa: E402
+from lmc.train.bench import stepper  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 NETS = {"mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_size=128"],
         "resnet18": ["train.batch_size=128", "input.height=32", "input.width=32"],

@@ -24,12 +24,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lmc.bench import _initial                  # noqa: E402
-from lmc.compile import compile_module          # noqa: E402
-from lmc.infer import infer                     # noqa: E402
-from lmc.lower import abi, lower   # noqa: E402
-from lmc.runtime import Module                  # noqa: E402
-from lmc.spec import load_spec                  # noqa: E402
+from lmc.train.bench import _initial  # noqa: E402
+from lmc.compile import compile_module  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import abi, lower  # noqa: E402
+from lmc.run.runtime import Module  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 
 def main():

@@ -15,8 +15,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lmc.compile import compile_module   # noqa: E402
-from lmc.runtime import Module           # noqa: E402
+from lmc.compile import compile_module  # noqa: E402
+from lmc.run.runtime import Module  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ def _recipe(net, lr, any_loss=False, losses=("class_ce",)):
     every optimizer of the registry (JAX runs each tensor's `reference` under jit; PyTorch uses
     torch.optim for sgd and adam, the reference for the rest); no clipping, head multiplier,
     EMA or accumulation.  Returns (abi, hp: name → value at step 1, decay: param name → bool)."""
-    from lmc.lower import abi, hyperparams
+    from lmc.lower.lowering import abi, hyperparams
     a = abi(net)
     cfg = net.spec.train
     if a.loss.name not in losses and not any_loss:

@@ -17,15 +17,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import micro                                   # noqa: E402
-from lmc.bench import stepper                   # noqa: E402
-from lmc.compile import compile_module          # noqa: E402
-from lmc.infer import infer                     # noqa: E402
-from lmc.lower import lower, prim_test_module   # noqa: E402
-from lmc.prims import make_prim                 # noqa: E402
-from lmc.prims.conv import Conv                 # noqa: E402
-from lmc.runtime import Module                  # noqa: E402
-from lmc.spec import load_spec                  # noqa: E402
-from lmc.types import TensorType as T           # noqa: E402
+from lmc.train.bench import stepper  # noqa: E402
+from lmc.compile import compile_module  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower, prim_test_module  # noqa: E402
+from lmc.prims import make_prim  # noqa: E402
+from lmc.prims.conv import Conv  # noqa: E402
+from lmc.run.runtime import Module  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
+from lmc.core.types import TensorType as T  # noqa: E402
 
 # resnet18 at 3×32×32, batch 128: the first conv of layers 2–4 (3×3/2) and a projection (1×1/2)
 CONVS = [((128, 64, 8, 8), (128, 64, 3, 3), (1, 1, 1, 1)),

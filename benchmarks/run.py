@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lmc.bench import stepper            # noqa: E402
-from lmc.compile import compile_module   # noqa: E402
-from lmc.infer import infer              # noqa: E402
-from lmc.lower import lower              # noqa: E402
-from lmc.runtime import Module           # noqa: E402
-from lmc.spec import load_spec           # noqa: E402
+from lmc.train.bench import stepper  # noqa: E402
+from lmc.compile import compile_module  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower  # noqa: E402
+from lmc.run.runtime import Module  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 import peers                             # noqa: E402
 
 NETS = [  # (spec, overrides): the four nets, batch 128, ResNet-18 at CIFAR size

@@ -23,12 +23,13 @@ import numpy as np
 from rich.console import Console
 
 from lmc.compile import compile_module
-from lmc.infer import infer
-from lmc.init import init_tensors
-from lmc.lower import abi, lower
-from lmc.runtime import Module
-from lmc.spec import load_spec
-from lmc.train import TrainOptions, Trainer, load_data
+from lmc.graph.infer import infer
+from lmc.graph.init import init_tensors
+from lmc.lower.lowering import abi, lower
+from lmc.run.runtime import Module
+from lmc.spec.netspec import load_spec
+from lmc.train.trainer import TrainOptions, Trainer
+from lmc.data.fit import load_data
 
 
 def bare(mod, net, a, x, y, steps: int, upload_batch: bool) -> float:

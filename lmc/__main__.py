@@ -1,4 +1,4 @@
 """`python -m lmc …` runs the CLI (the same as the `lmc` script)."""
-from .cli import main
+from lmc.cli.app import main
 
 main()

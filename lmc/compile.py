@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CompileError, LmcError
+from lmc.core.errors import CompileError, LmcError
+from lmc.lower.lowering import PACKED
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
 DEFAULT_CHIP = {"cuda": "sm_86", "rocm": "gfx1100", "llvm-cpu": "host"}
@@ -55,9 +56,6 @@ def resolve_backend(backend: str | None) -> str:
     return b
 
 
-# The lowering's hint (a comment line of the module, lmc/lower.py `_packed_matmuls`): on llvm-cpu,
-# compile it with packed (data-tiled, mmt4d) matmuls.
-PACKED = "// lmc: llvm-cpu packed matmuls"
 
 
 def task_workers_env() -> int | None:

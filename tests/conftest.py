@@ -24,7 +24,7 @@ def iree_missing() -> str | None:
     except ImportError as e:
         return f"IREE runtime not installed ({e}); pip install iree-base-runtime"
     from lmc.compile import find_compiler
-    from lmc.errors import CompileError
+    from lmc.core.errors import CompileError
     try:
         find_compiler()
     except CompileError as e:

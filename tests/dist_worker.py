@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from lmc.infer import infer
-from lmc.spec import load_spec
-from lmc.train import Trainer, TrainOptions, _to_host
+from lmc.graph.infer import infer
+from lmc.spec.netspec import load_spec
+from lmc.train.trainer import Trainer, TrainOptions, _to_host
 
 spec, out, steps, *sets = sys.argv[1:]
 net = infer(load_spec(Path(spec), [(s, "--set") for s in sets]))

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmc.data.boxes import BoxAffine, encode_fpn, grid_to_list, shape_iou, warp
-from lmc.errors import LmcError
-from lmc.infer import infer
-from lmc.spec import load_spec
+from lmc.losses.boxes import BoxAffine, encode_fpn, grid_to_list, shape_iou, warp
+from lmc.core.errors import LmcError
+from lmc.graph.infer import infer
+from lmc.spec.netspec import load_spec
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +19,7 @@ FPN = ROOT / "specs" / "digits_fpn_det.yaml"
 
 def _loss(sets=()):
     net = infer(load_spec(FPN, [(s, "--set") for s in sets]))
-    from lmc.lower import abi
+    from lmc.lower.lowering import abi
     return net, abi(net).loss
 
 

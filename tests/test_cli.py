@@ -256,7 +256,11 @@ def fake_compiler(monkeypatch, tmp_path):
         out.write_bytes(b"vmfb")
         return comp.Compiled(out, False, 0.0, ["iree-compile", "fake"])
 
-    monkeypatch.setattr(comp, "compile_module", fake)
+    # every stage that compiles binds compile_module at import: replace it in each of them
+    real = comp.compile_module
+    for mod in [m for name, m in sys.modules.items() if name.startswith("lmc")]:
+        if getattr(mod, "compile_module", None) is real:
+            monkeypatch.setattr(mod, "compile_module", fake)
     monkeypatch.chdir(tmp_path)
     return calls
 
@@ -361,7 +365,7 @@ train: {learning_rate: 0.01, batch_size: 4, epochs: 1, use_yolov1: true}
 def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path, scan_declared):
     """The spec's data directory does not exist here: the refusal must come first, without
     reading any data or compiling."""
-    import lmc.train as tr
+    import lmc.train.trainer as tr
     loaded = []
     monkeypatch.setattr(tr, "load_data", lambda *a: loaded.append(a) or _raise(AssertionError("data loaded")))
     spec = tmp_path / "unlowered.yaml"
@@ -401,10 +405,10 @@ def test_every_command_checks_the_loss_against_the_output(fake_compiler, tmp_pat
 
 
 def test_lower_refuses_a_loss_the_output_cannot_feed(tmp_path):
-    from lmc.errors import SpecError
-    from lmc.infer import infer
-    from lmc.lower import lower
-    from lmc.spec import load_spec
+    from lmc.core.errors import SpecError
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import lower
+    from lmc.spec.netspec import load_spec
     net = infer(load_spec(write(tmp_path, CONV_HEAD)))
     with pytest.raises(SpecError, match="class_ce needs logits"):
         lower(net)

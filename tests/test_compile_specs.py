@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from lmc.compile import compile_module
-from lmc.errors import LmcError
-from lmc.infer import infer
-from lmc.lower import lower, unsupported
-from lmc.spec import load_spec
+from lmc.core.errors import LmcError
+from lmc.graph.infer import infer
+from lmc.lower.lowering import lower, unsupported
+from lmc.spec.netspec import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.iree]
 

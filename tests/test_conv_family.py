@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmc.infer import infer
+from lmc.graph.infer import infer
 from lmc.prims.pool import MaxPool
-from lmc.spec import load_spec
+from lmc.spec.netspec import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -110,7 +110,7 @@ def _drop_path_net(drop_path: float):
 def test_stochastic_depth_sites_exist_only_with_drop_path():
     # one site per residual join of residual_block, mb_conv, fused_mb_conv (not mb_conv_v3:
     # MobileNetV3 has no stochastic depth); no site, no extra argument, without drop_path
-    from lmc.lower import lower
+    from lmc.lower.lowering import lower
     on, off = _drop_path_net(0.2), _drop_path_net(0.0)
     assert [(m.kind, m.layer) for m in on.graph.masks] == [("drop_path", 1), ("drop_path", 2), ("drop_path", 2),
                                                            ("drop_path", 3)]
@@ -126,9 +126,9 @@ def test_all_ones_keep_masks_are_the_identity():
     # the train step with sites and keep = 1 everywhere gives bit for bit what the net without
     # sites gives; a dropped branch (keep = 0 for one example) changes it
     from lmc.compile import compile_module
-    from lmc.init import init_tensors
-    from lmc.lower import abi, lower
-    from lmc.runtime import Module
+    from lmc.graph.init import init_tensors
+    from lmc.lower.lowering import abi, lower
+    from lmc.run.runtime import Module
     on, off = _drop_path_net(0.2), _drop_path_net(0.0)
     P, S = init_tensors(off, 0)
     a = abi(off)
@@ -180,7 +180,7 @@ def test_every_conv_family_primitive_cross_compiles(tmp_path, backend, chip):
     # concat, slice, mul, broadcast, avg_pool (tiled and general), grouped and dilated conv,
     # channel_shuffle, upsample, leaky_relu, max_pool with a pad: the train step and forward
     from lmc.compile import compile_module
-    from lmc.lower import lower
+    from lmc.lower.lowering import lower
     net = infer(load_spec("f.yaml", text=EVERY_PRIMITIVE))
     used = {n.prim.name for n in net.graph.nodes}
     assert {"concat", "slice", "mul", "broadcast", "avg_pool", "dilated_conv", "channel_shuffle", "upsample",

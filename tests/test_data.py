@@ -15,7 +15,7 @@ from PIL import Image
 from lmc.data import Batcher, Dataset, eval_batches, load_dataset
 from lmc.data import augment as aug
 from lmc.data.split import lcg_permutation
-from lmc.errors import DataError, LmcError
+from lmc.core.errors import DataError, LmcError
 
 # ---------------------------------------------------------------- writers of real formats
 

@@ -11,13 +11,13 @@ import json
 import numpy as np
 import pytest
 
-from lmc.config import LossKind
-from lmc.errors import DataError, SpecError
-from lmc.infer import infer
+from lmc.spec.config import LossKind
+from lmc.core.errors import DataError, SpecError
+from lmc.graph.infer import infer
 from lmc.losses import loss_for
 from lmc.losses.detr_set import EOS_COEF, giou, match, match_cost
-from lmc.spec import load_spec
-from lmc.types import f32
+from lmc.spec.netspec import load_spec
+from lmc.core.types import f32
 
 NC, Q = 3, 5
 
@@ -150,7 +150,7 @@ def test_recipe_rules(extra, field):
 
 def test_data_refusals():
     from lmc.data.digits_seg import load_det
-    from lmc.lower import abi
+    from lmc.lower.lowering import abi
     ds = load_det()
     for queries, ncls, want in [(3, 10, "an image holds 4 objects, but the net has 3 queries"),
                                 (5, 9, "with 9 classes (the net's detr_heads), got [3000, 21, 8, 8]")]:
@@ -195,7 +195,7 @@ def test_a_tiny_detr_trains_and_is_scored_by_map(tmp_path, monkeypatch):
 
 
 def test_plot_draws_map():
-    from lmc.plot import _plot_other_evals
+    from lmc.evaluate.plot import _plot_other_evals
 
     class Ax:
         labels = []

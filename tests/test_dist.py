@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("iree.runtime")
 pytest.importorskip("mpi4py")
 
-from lmc.dist import checksum, mpiexec, shard  # noqa: E402
+from lmc.run.dist import checksum, mpiexec, shard  # noqa: E402
 
 pytestmark = pytest.mark.iree
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,14 +102,14 @@ def ghost_reference(spec: Path, steps: int, W: int):
     statistics, the gradients summed, @apply_step; the running statistics averaged at the end."""
     from lmc.compile import compile_module
     from lmc.data import Batcher
-    from lmc.init import init_tensors
-    from lmc.infer import infer
-    from lmc.lower import abi, lower
-    from lmc.masks import draw
-    from lmc.runtime import Module
-    from lmc.schedule import learning_rate
-    from lmc.spec import load_spec
-    from lmc.train import load_data
+    from lmc.graph.init import init_tensors
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import abi, lower
+    from lmc.train.masks import draw
+    from lmc.run.runtime import Module
+    from lmc.train.schedule import learning_rate
+    from lmc.spec.netspec import load_spec
+    from lmc.data.fit import load_data
     net = infer(load_spec(spec))
     glob = infer(load_spec(spec, [(f"train.batch_size={net.batch * W}", "--set")]))
     cfg, a, ag = net.spec.train, abi(net, W), abi(glob)
@@ -157,7 +157,7 @@ def test_shard_and_checksum_units():
     b = a.copy()
     b[5, 1] = np.nextafter(b[5, 1], np.float32(100))          # one ulp
     assert checksum([a]) != checksum([b]) and checksum([a]) == checksum([a.copy()])
-    from lmc.masks import draw
+    from lmc.train.masks import draw
 
     class M:                                                    # a mask site of batch 4
         kind = "dropout"
@@ -306,7 +306,7 @@ def test_data_parallel_options_are_refused_where_they_do_nothing(tmp_path, args,
 def test_the_launcher_prints_a_rank_message_the_abort_cut_off(tmp_path):
     """MPI_Abort can kill the I/O forwarders before a rank's last stderr line arrives; the
     rank also writes it to the launcher's report file, and the launcher prints what it missed."""
-    from lmc.dist import _supervise
+    from lmc.run.dist import _supervise
     rep = tmp_path / "report.log"
     said: list[str] = []
     code = "from lmc.dist import report; report('error: rank 0: lost words'); raise SystemExit(3)"

@@ -20,12 +20,12 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from lmc.config import TRAIN_FIELDS, check_against_net
-from lmc.errors import LmcError
-from lmc.fields import MAX_INT
-from lmc.infer import infer
+from lmc.spec.config import TRAIN_FIELDS, check_against_net
+from lmc.core.errors import LmcError
+from lmc.core.fields import MAX_INT
+from lmc.graph.infer import infer
 from lmc.layers import all_layers
-from lmc.spec import TOP_KEYS, load_spec
+from lmc.spec.netspec import TOP_KEYS, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

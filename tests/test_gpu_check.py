@@ -60,12 +60,12 @@ class _Net:        # what compare() asks of a net: its ABI (two params, no optim
 
 def test_compare_catches_a_wrong_parameter_and_a_wrong_loss(monkeypatch):
     import gpu_check
-    from lmc.lower import Abi
-    from lmc.graph import Param
-    from lmc.types import TensorType
+    from lmc.lower.lowering import Abi
+    from lmc.graph.ir import Param
+    from lmc.core.types import TensorType
     ps = [Param(f"p{i}", TensorType((4,)), "zeros") for i in range(2)]
     a = Abi(ps, [], [], [], TensorType((1, 4)), TensorType((1,)), TensorType((1, 4)))
-    monkeypatch.setattr("lmc.lower.abi", lambda net: a)
+    monkeypatch.setattr("lmc.lower.lowering.abi", lambda net: a)
     ref = _fake()
     same = {k: (list(v) if isinstance(v, list) else v) for k, v in ref.items()}
     assert gpu_check.compare(_Net(), same, ref, 1e-3, 5e-2)["ok"]

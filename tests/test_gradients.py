@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from lmc.prims import all_prims, make_prim
-from lmc.types import TensorType
+from lmc.core.types import TensorType
 
 pytestmark = pytest.mark.iree
 
@@ -78,13 +78,13 @@ def _vjp_cases():
 def _module(text: str):
     """Compile (disk-cached by text) and load once per process."""
     from lmc.compile import compile_module
-    from lmc.runtime import Module
+    from lmc.run.runtime import Module
     # local-sync: no worker threads to fight over the cores with the other test process
     return Module(compile_module(text).path, driver="local-sync")
 
 
 def _setup(name, attrs, ins, ps, seed=0):
-    from lmc.lower import prim_test_module
+    from lmc.lower.lowering import prim_test_module
     prim = make_prim(name, **attrs)
     mod = _module(prim_test_module(prim, ins, ps))
     rng = np.random.default_rng(seed)

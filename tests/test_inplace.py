@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmc.infer import infer
-from lmc.inplace import tie
-from lmc.lower import lower
-from lmc.spec import load_spec
+from lmc.graph.infer import infer
+from lmc.lower.inplace import tie
+from lmc.lower.lowering import lower
+from lmc.spec.netspec import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -80,9 +80,9 @@ def test_call_results_depend_only_on_what_the_callee_reads():
                                         ("mnist_cnn.yaml", ["train.batch_size=4", "train.use_ema=true"])])
 def test_tied_steps_equal_untied_steps(monkeypatch, spec, sets):
     pytest.importorskip("iree.runtime")
-    from lmc.bench import stepper
+    from lmc.train.bench import stepper
     from lmc.compile import compile_module
-    from lmc.runtime import Module
+    from lmc.run.runtime import Module
     net = infer(load_spec(SPECS / spec, sets))
     finals = {}
     for mode in ("on", "off"):

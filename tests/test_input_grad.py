@@ -20,9 +20,9 @@ from test_oracle import (F32_EPS, LAYER_CASES, LOSSES, NC, _batch, _body_out, _c
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from lmc.infer import infer  # noqa: E402
-from lmc.lower import abi, lower  # noqa: E402
-from lmc.spec import load_spec  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import abi, lower  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 pytestmark = [pytest.mark.iree, pytest.mark.jax]
 RTOL = 1e-4      # |dx − dx_jax| over max|dx_jax|; the loss relative
@@ -89,7 +89,7 @@ def test_input_grad(layers, x_dims, style, loss):
 
 
 def test_input_grad_is_refused_for_token_ids():
-    from lmc.errors import SpecError
+    from lmc.core.errors import SpecError
     ids = next((layers, x, style) for _, layers, x, style in LAYER_CASES
                if any(f.get("ids_input") for _, f in layers))
     net = infer(load_spec("o.yaml", text=classifier_yaml(*ids, {"learning_rate": 0.1})))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lmc.config import check_against_net
-from lmc.infer import infer
-from lmc.spec import load_spec
+from lmc.spec.config import check_against_net
+from lmc.graph.infer import infer
+from lmc.spec.netspec import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 # digits_vit: patch conv 4·64 + 64, class token 64, positions 17·64; per block 4·(64² + 64)
@@ -210,16 +210,17 @@ def test_swin_t_matches_torchvision_plus_merge_biases(tmp_path):
 @pytest.mark.parametrize("stem", ["digits_cnn", "digits_mlp", "mobilenet_v2", "mobilenet_v4_conv_s"])
 def test_lowerable_specs_render(stem):
     # the primitive graphs of inverted_residual / uib render to a module (train step + forward)
-    from lmc.lower import lower
+    from lmc.lower.lowering import lower
     text = lower(infer(load_spec(SPECS / f"{stem}.yaml"), 2))
     assert "module @model" in text and "@train_step" in text and "@forward" in text
 
 
 def test_unlowerable_spec_is_refused_clearly():
     # a spec around a kind that does not lower yet (whichever is first: the set shrinks)
-    from lmc.errors import NotImplementedKind
-    from lmc.layers import all_layers, lowers
-    from lmc.lower import lower
+    from lmc.core.errors import NotImplementedKind
+    from lmc.graph.infer import lowers
+    from lmc.layers import all_layers
+    from lmc.lower.lowering import lower
     shape_only = [(k, c.examples[0]) for k, c in sorted(all_layers().items())
                   if not lowers(c) and c.examples and c.examples[0][1].rank == 4 and c.net_before(*c.examples[0]) is None]
     if not shape_only:

@@ -7,13 +7,14 @@ import dataclasses
 
 import pytest
 
-from lmc.errors import Loc, ShapeError, SpecError
-from lmc.fields import snake
-from lmc.graph import Graph
-from lmc.infer import infer
-from lmc.layers import Layer, all_layers, lowers
-from lmc.spec import LayerEntry, NetSpec, parse_layer
-from lmc.types import TensorType
+from lmc.core.errors import Loc, ShapeError, SpecError
+from lmc.core.fields import snake
+from lmc.graph.ir import Graph
+from lmc.graph.infer import infer
+from lmc.graph.infer import lowers
+from lmc.layers import Layer, all_layers
+from lmc.spec.netspec import LayerEntry, NetSpec, parse_layer
+from lmc.core.types import TensorType
 
 # The seed's `inductive Layer`, in its order, as (camelCase constructor, argument names).
 SEED = [

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lmc.config import LossKind
-from lmc.errors import NotImplementedKind
+from lmc.spec.config import LossKind
+from lmc.core.errors import NotImplementedKind
 from lmc.losses import Loss, all_losses, lowered_losses, make_loss
-from lmc.render import TEMPLATES
-from lmc.types import TensorType, f32, i32
+from lmc.core.render import TEMPLATES
+from lmc.core.types import TensorType, f32, i32
 
 LMC = Path(__file__).resolve().parent.parent / "lmc"
 
@@ -34,7 +34,7 @@ def test_every_seed_kind_parses_to_its_module(seed, args):
 
 
 def test_the_registry_is_the_seed_list_in_the_seed_order():
-    from lmc.fields import snake
+    from lmc.core.fields import snake
     assert list(all_losses()) == [snake(s) for s, _ in SEED] + ADDED
 
 
@@ -67,7 +67,7 @@ def test_declared_label_abis():
 
 
 def _effective_loss_lines() -> set[int]:
-    tree = ast.parse((LMC / "config.py").read_text())
+    tree = ast.parse((LMC / "spec" / "config.py").read_text())
     (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "effective_loss"]
     return set(range(fn.lineno, fn.end_lineno + 1))
 
@@ -82,7 +82,7 @@ def _name_pattern():
 def test_no_loss_name_outside_its_module():
     # in code, strings, comments and docstrings alike; only the derivation function may name kinds
     pat = _name_pattern()
-    allowed = {"config.py": _effective_loss_lines()}
+    allowed = {"spec/config.py": _effective_loss_lines()}
     found = []
     for path in sorted(LMC.rglob("*.py")):
         rel = path.relative_to(LMC)

@@ -13,11 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from lmc.cli import app
-from lmc.errors import NotImplementedKind
-from lmc.infer import infer
-from lmc.layers import all_layers, lowers
-from lmc.lower import lower
-from lmc.spec import load_spec
+from lmc.core.errors import NotImplementedKind
+from lmc.graph.infer import infer
+from lmc.graph.infer import lowers
+from lmc.layers import all_layers
+from lmc.lower.lowering import lower
+from lmc.spec.netspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -139,7 +140,7 @@ def _shape_only_kinds():
     """Every shape-only kind whose first example stands alone as a one-layer spec that does not
     lower (some need a token-stream input or an earlier stage to pair with; a block whose
     first example avoids its declared primitives lowers)."""
-    from lmc.spec import load_spec
+    from lmc.spec.netspec import load_spec
     real = []
     for k, cls in sorted(all_layers().items()):
         if lowers(cls) or cls.examples[0][1].rank not in (2, 4):
@@ -231,9 +232,9 @@ def test_packed_matmul_hint_follows_the_nets_convs(monkeypatch):
     # lower marks the module for packed (data-tiled) matmuls unless a ≤ 64-channel conv runs on a
     # 28×28+ map; compile.flags turns the mark into the llvm-cpu flag (only there); LMC_PACKED wins
     from lmc.compile import PACKED, flags
-    from lmc.infer import infer
-    from lmc.lower import lower
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import lower
+    from lmc.spec.netspec import load_spec
     root = Path(__file__).resolve().parent.parent / "specs"
     mlp = lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
     cnn = lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward")

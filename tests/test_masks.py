@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmc.errors import SpecError
-from lmc.infer import infer
-from lmc.masks import draw, site_rates
-from lmc.spec import load_spec
+from lmc.core.errors import SpecError
+from lmc.graph.infer import infer
+from lmc.train.masks import draw, site_rates
+from lmc.spec.netspec import load_spec
 
 NET = """name: masked
 input: {channels: 2, height: 6, width: 6}
@@ -59,7 +59,7 @@ def test_train_step_with_masks_equals_jax_and_ones_are_the_identity():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
     from test_oracle import _batch, _init, _module, jax_forward
-    from lmc.lower import abi, lower
+    from lmc.lower.lowering import abi, lower
 
     jax.config.update("jax_enable_x64", True)
     net = net_of(", drop_path: 0.5, dropout: 0.4")

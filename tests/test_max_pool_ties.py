@@ -9,7 +9,7 @@ import pytest
 
 from lmc.prims import same_pad
 from lmc.prims.pool import MaxPool
-from lmc.types import TensorType
+from lmc.core.types import TensorType
 
 pytest.importorskip("iree.runtime")
 
@@ -29,8 +29,8 @@ def first_max_vjp(x, dy, k, s):
                                        (3, 2, (1, 2, 8, 8)), (3, 1, (1, 2, 4, 5)), (5, 2, (1, 2, 9, 9))])
 def test_ties_go_to_the_first_maximum(k, s, shape):
     from lmc.compile import compile_module
-    from lmc.lower import prim_test_module
-    from lmc.runtime import Module
+    from lmc.lower.lowering import prim_test_module
+    from lmc.run.runtime import Module
     rng = np.random.default_rng(0)
     x = np.maximum(rng.integers(-3, 3, shape), 0).astype(np.float32)     # mostly zeros: many ties
     prim = MaxPool(size=k, stride=s)

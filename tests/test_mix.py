@@ -8,7 +8,7 @@ import pytest
 
 from lmc.data import Batcher, Dataset
 from lmc.data import mix
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 K = 5
 
@@ -179,7 +179,7 @@ def test_repeated_augmentation_puts_copies_in_a_row_and_keeps_the_epoch_length()
 # ---------------------------------------------------------------- test-time augmentation
 
 from lmc.data.batcher import TTA  # noqa: E402
-from lmc.evaluate import evaluate  # noqa: E402
+from lmc.evaluate.score import evaluate  # noqa: E402
 
 
 class _Cfg:

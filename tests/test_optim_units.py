@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("iree.runtime")
 
-from lmc.graph import Param  # noqa: E402
-from lmc.lower import optim_test_module  # noqa: E402
+from lmc.graph.ir import Param  # noqa: E402
+from lmc.lower.lowering import optim_test_module  # noqa: E402
 from lmc.optim import all_optimizers  # noqa: E402
-from lmc.spec import load_spec  # noqa: E402
-from lmc.types import TensorType  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
+from lmc.core.types import TensorType  # noqa: E402
 
 pytestmark = pytest.mark.iree
 SHAPES = [(16, 16), (24, 16), (16,)]
@@ -26,7 +26,7 @@ SHAPES = [(16, 16), (24, 16), (16,)]
 @functools.lru_cache(maxsize=None)
 def _module(text: str):
     from lmc.compile import compile_module
-    from lmc.runtime import Module
+    from lmc.run.runtime import Module
     return Module(compile_module(text).path, driver="local-sync")
 
 

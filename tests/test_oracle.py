@@ -38,13 +38,14 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_disable_most_optimizations", True)
 import jax.numpy as jnp  # noqa: E402
 
-from lmc.infer import infer  # noqa: E402
-from lmc.layers import all_layers, lowers  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.graph.infer import lowers
+from lmc.layers import all_layers  # noqa: E402
 from lmc.losses import lowered_losses  # noqa: E402
-from lmc.lower import abi, hyperparams, lower  # noqa: E402
-from lmc.errors import SpecError  # noqa: E402
+from lmc.lower.lowering import abi, hyperparams, lower  # noqa: E402
+from lmc.core.errors import SpecError  # noqa: E402
 from lmc.optim import GLOBAL_HP, all_optimizers, assign  # noqa: E402
-from lmc.spec import load_spec  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 pytestmark = [pytest.mark.iree, pytest.mark.jax]
 
@@ -332,7 +333,7 @@ def make_jax_step(net, a):
 @functools.lru_cache(maxsize=None)
 def _module(text: str):
     from lmc.compile import compile_module
-    from lmc.runtime import Module
+    from lmc.run.runtime import Module
     # local-sync: no worker threads to fight over the cores with the other test process
     return Module(compile_module(text).path, driver="local-sync")
 

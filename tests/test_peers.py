@@ -16,9 +16,9 @@ def test_torch_peer_computes_lmcs_per_token_loss():
     pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import peers
-    from lmc.infer import infer
-    from lmc.lower import abi
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import abi
+    from lmc.spec.netspec import load_spec
     net = infer(load_spec(ROOT / "specs" / "tiny_gpt.yaml", ["train.batch_size=2", "train.grad_clip_norm=0"]))
     loss = peers.torch_step(net, lr=1e-3)()
     rng = np.random.default_rng(0)            # the peer's draws, in its order

@@ -172,8 +172,8 @@ def randomise(torch, model, seed=0):
 def lmc_forward(net, params, state, x) -> tuple[np.ndarray, object, float]:
     """(logits, the Compiled, run seconds) of lmc's @forward."""
     from lmc.compile import compile_module
-    from lmc.lower import lower
-    from lmc.runtime import Module
+    from lmc.lower.lowering import lower
+    from lmc.run.runtime import Module
     c = compile_module(lower(net, "forward"))
     t0 = time.perf_counter()
     y = np.asarray(Module(c.path).forward(*params, *state, x)).copy()    # may alias a device buffer
@@ -219,8 +219,8 @@ def neutralise(torch, model):
 @pytest.mark.parametrize("stem", sorted(NETS))
 def test_same_function_as_torchvision(stem, capsys):
     torch, tv = _tv()
-    from lmc.infer import infer
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.spec.netspec import load_spec
     build, side = NETS[stem]
     torch.manual_seed(0)
     model = build(tv).eval()
@@ -248,8 +248,8 @@ def test_the_mapper_uses_every_tensor_exactly_once():
     # a torch tensor lmc has no place for, or an lmc tensor torch does not fill, is an error,
     # not a silently skipped (or zero) weight
     torch, tv = _tv()
-    from lmc.infer import infer
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.spec.netspec import load_spec
     net = infer(load_spec(ROOT / "specs" / "resnet18.yaml"), 1)
     model = tv.models.resnet18(num_classes=10)
     map_weights(torch, model, net)

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 pytest.importorskip("iree.runtime")
 
 from lmc.cli import app  # noqa: E402
-from lmc.config import TRAIN_FIELDS  # noqa: E402
-from lmc.fieldmap import WHERE  # noqa: E402
+from lmc.spec.config import TRAIN_FIELDS  # noqa: E402
+from lmc.spec.fieldmap import WHERE  # noqa: E402
 
 pytestmark = pytest.mark.iree
 SPECS = Path(__file__).resolve().parents[1] / "specs"
@@ -192,11 +192,11 @@ def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_pat
         real_view = bt.TTA.view
         monkeypatch.setattr(bt.TTA, "view", lambda self, *a: draws.append(1) or real_view(self, *a))
     if OBSERVED.get(field) == "eval_images":
-        import lmc.train as tr
+        import lmc.train.trainer as tr
         real_eval = tr.evaluate
         monkeypatch.setattr(tr, "evaluate", lambda *a, **k: draws.append(np.array(a[3])) or real_eval(*a, **k))
     if OBSERVED.get(field) == "swag_draws":
-        import lmc.evaluate as ev
+        import lmc.evaluate.score as ev
         real = ev.swag_sample
         monkeypatch.setattr(ev, "swag_sample", lambda *a: draws.append(1) or real(*a))
     r, out = _train(tmp_path, spec, {**companions, field: value}, full, bin_path)

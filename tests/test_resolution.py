@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from lmc.cli import app
 from lmc.data import Batcher, load_dataset
-from lmc.infer import infer, train_net
-from lmc.lower import abi, lower
-from lmc.spec import load_spec
+from lmc.graph.infer import infer, train_net
+from lmc.lower.lowering import abi, lower
+from lmc.spec.netspec import load_spec
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 POOLED = """name: pooled
@@ -146,7 +146,7 @@ def test_train_at_train_res_and_evaluate_at_the_spec_resolution(tmp_path, monkey
     pytest.importorskip("iree.runtime")
     import json
 
-    import lmc.train as tr
+    import lmc.train.trainer as tr
     steps, evals = [], []
     real_step, real_eval = tr.Trainer._fused_step, tr.evaluate
     monkeypatch.setattr(tr.Trainer, "_fused_step", lambda self, x, y, lr: steps.append(x.shape) or real_step(self, x, y, lr))

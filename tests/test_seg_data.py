@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from lmc.config import LossKind
+from lmc.spec.config import LossKind
 from lmc.data import load_dataset
 from lmc.data.dataset import Dataset
-from lmc.errors import DataError, NotImplementedKind
+from lmc.core.errors import DataError, NotImplementedKind
 from lmc.losses import BOXES, CLASS, FLOAT, MASK, loss_for
-from lmc.metrics import RegressionResult, SegResult
-from lmc.types import f32, i32
+from lmc.evaluate.metrics import RegressionResult, SegResult
+from lmc.core.types import f32, i32
 
 
 def _npz(path, **arrays):
@@ -119,7 +119,7 @@ def test_masks_at_another_resolution_are_refused():
 
 
 def test_augmenting_images_whose_labels_live_in_image_space_is_refused():
-    from lmc.config import TrainConfig
+    from lmc.spec.config import TrainConfig
     cfg = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, augment=True, loss_kind=LossKind("per_pixel_ce"))
     loss = loss_for(LossKind("per_pixel_ce"), cfg)
     loss.check_data(_ds(np.zeros((4, 4, 4), np.int32), MASK), i32(2, 4, 4), lambda y: y)   # paired flips
@@ -179,7 +179,7 @@ def test_segmentation_trains_and_reports_miou(tmp_path):
 
 
 def test_nms_keeps_the_best_of_overlapping_boxes():
-    from lmc.metrics import nms
+    from lmc.evaluate.metrics import nms
     boxes = np.array([[0, 0, 1, 1], [0.05, 0, 1.05, 1], [2, 2, 3, 3]], float)
     assert list(nms(boxes, np.array([0.5, 0.9, 0.1]), 0.5)) == [1, 2]
     assert list(nms(boxes, np.array([0.5, 0.9, 0.1]), 0.99)) == [1, 0, 2]
@@ -188,7 +188,7 @@ def test_nms_keeps_the_best_of_overlapping_boxes():
 def test_map_of_perfect_and_of_wrong_class_predictions():
     pytest.importorskip("pycocotools")
     from lmc.data.digits_seg import load_det
-    from lmc.metrics import DetResult
+    from lmc.evaluate.metrics import DetResult
     ds = load_det()
     t = ds.y_val[:16]
     loss = loss_for(LossKind("yolov1_masked"))
@@ -273,8 +273,8 @@ def test_pets_det_records(tmp_path):
 
 def test_anchor_targets_decode_to_their_own_boxes():
     pytest.importorskip("pycocotools")
-    from lmc.config import TrainConfig
-    from lmc.metrics import DetResult
+    from lmc.spec.config import TrainConfig
+    from lmc.evaluate.metrics import DetResult
     cfg = TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, use_yolov1=True, anchors=((0.5, 0.5), (1.0, 2.0)))
     loss = loss_for(LossKind("yolov1_masked"), cfg)
     rng = np.random.default_rng(3)

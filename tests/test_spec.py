@@ -9,13 +9,13 @@ from textwrap import dedent
 
 import pytest
 
-from lmc.config import (TRAIN_FIELDS, DatasetKind, LossKind, TrainConfig, _FIELDS, check_against_net,
-                        check_rules, effective_loss, mixup_mode, parse_train)
-from lmc.errors import LmcError, MultiError, ShapeError, SpecError
-from lmc.fields import MAX_INT, Activation, OptimizerKind, Padding, PadStyle, coerce, snake
-from lmc.infer import infer
+from lmc.spec.config import (TRAIN_FIELDS, DatasetKind, LossKind, TrainConfig, _FIELDS, check_against_net,
+    check_rules, effective_loss, mixup_mode, parse_train)
+from lmc.core.errors import LmcError, MultiError, ShapeError, SpecError
+from lmc.core.fields import MAX_INT, Activation, OptimizerKind, Padding, PadStyle, coerce, snake
+from lmc.graph.infer import infer
 from lmc.layers._common import pads
-from lmc.spec import load_spec
+from lmc.spec.netspec import load_spec
 
 FILE = "net.yaml"
 
@@ -483,7 +483,7 @@ def test_set_errors_point_at_the_set():
 
 def parse(text: str, dataset=None):
     """A `train:` section alone → TrainConfig (or the error)."""
-    from lmc.yamlsrc import load_yaml
+    from lmc.spec.yamlsrc import load_yaml
     data, locs = load_yaml(dedent(text), FILE)
     return parse_train(data["train"], locs, FILE, ("train",), dataset)
 
@@ -496,7 +496,7 @@ def cfg(**kw):
 
 
 def test_train_config_has_the_seeds_78_fields():
-    from lmc.config import _LMC_FIELDS
+    from lmc.spec.config import _LMC_FIELDS
     assert len(_FIELDS) == 78 and len(TRAIN_FIELDS) == 78 + len(_LMC_FIELDS)
     import dataclasses
     assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS + _LMC_FIELDS]
@@ -781,7 +781,7 @@ def test_name_and_build_tag_name_build_files():
 
 def doc_type(name: str, t) -> str:
     """How docs/spec.md spells a TrainConfig field's type and range (as parse_train checks it)."""
-    from lmc.config import _PROB, _UNIT, _ZERO_OK
+    from lmc.spec.config import _PROB, _UNIT, _ZERO_OK
     if t is int:
         return "int ≥ 0" if name in _ZERO_OK else "int ≥ 1"
     if t is float:
@@ -803,7 +803,7 @@ def _elem(t) -> str:
 
 
 def doc_default(d) -> str:
-    from lmc.config import REQUIRED
+    from lmc.spec.config import REQUIRED
     if d is REQUIRED:
         return "required"
     if isinstance(d, bool):
@@ -824,7 +824,7 @@ def test_docs_describe_every_train_field():
         if len(cells) == 4 and cells[0].startswith("`") and cells[0].strip("`") in TRAIN_FIELDS:
             rows[cells[0].strip("`")] = cells
     assert sorted(rows) == sorted(TRAIN_FIELDS), set(TRAIN_FIELDS) ^ set(rows)
-    from lmc.config import _LMC_FIELDS
+    from lmc.spec.config import _LMC_FIELDS
     for name, t, d in _FIELDS + _LMC_FIELDS:
         _, typ, default, meaning = rows[name]
         assert typ == doc_type(name, t), name

@@ -13,7 +13,7 @@ from PIL import Image
 
 from lmc.data import Batcher, eval_batches, load_dataset
 from lmc.data.imagenette import Images
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 
 def make_tree(root, n_per_class=4, classes=("n01", "n02", "n03"), size=(40, 30), seed=0):
@@ -91,10 +91,10 @@ dataset: {{kind: {kind}, path: {path}}}
 def test_val_every_epochs_is_imagenets_cadence(tmp_path):
     import io
     from rich.console import Console
-    from lmc.errors import SpecError
-    from lmc.infer import infer
-    from lmc.spec import load_spec
-    from lmc.train import TrainOptions, train
+    from lmc.core.errors import SpecError
+    from lmc.graph.infer import infer
+    from lmc.spec.netspec import load_spec
+    from lmc.train.trainer import TrainOptions, train
     make_tree(tmp_path, n_per_class=2)
     spec = lambda kind, extra: load_spec("n.yaml", text=IMAGENET_NET.format(kind=kind, extra=extra, path=tmp_path))
     with pytest.raises(SpecError, match=r"n.yaml:7:.*val_every_epochs is the ImageNet cadence \(dataset: imagenet\), "

@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 pytest.importorskip("iree.runtime")
 
-from lmc.checkpoint import save_checkpoint  # noqa: E402
+from lmc.run.checkpoint import save_checkpoint  # noqa: E402
 from lmc.cli import app  # noqa: E402
-from lmc.infer import infer  # noqa: E402
-from lmc.init import init_tensors  # noqa: E402
-from lmc.spec import load_spec  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.graph.init import init_tensors  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 pytestmark = pytest.mark.iree
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,11 +23,11 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from lmc.cli import app  # noqa: E402
-from lmc.errors import SpecError  # noqa: E402
-from lmc.infer import infer  # noqa: E402
-from lmc.lower import abi, hyperparams  # noqa: E402
+from lmc.core.errors import SpecError  # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import abi, hyperparams  # noqa: E402
 from lmc.optim import GLOBAL_HP, all_optimizers  # noqa: E402
-from lmc.spec import load_spec  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
 
 pytestmark = [pytest.mark.iree, pytest.mark.jax]
 

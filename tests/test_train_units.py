@@ -11,17 +11,18 @@ import struct
 import numpy as np
 import pytest
 
-from lmc.checkpoint import (META_KEY, apply_bootstrap, check_layout, flatten, load_checkpoint, load_init,
-                            net_hash, read_tensors, save_checkpoint)
-from lmc.config import TrainConfig
-from lmc.errors import TrainError
-from lmc.evaluate import count_correct, wilson95
-from lmc.graph import Param
-from lmc.infer import infer
-from lmc.init import apply_head_prior, init_tensors
-from lmc.schedule import learning_rate
-from lmc.spec import load_spec
-from lmc.types import TensorType
+from lmc.run.checkpoint import (META_KEY, apply_bootstrap, check_layout, flatten, load_checkpoint, load_init,
+    net_hash, read_tensors, save_checkpoint)
+from lmc.spec.config import TrainConfig
+from lmc.core.errors import TrainError
+from lmc.evaluate.interval import wilson95
+from lmc.evaluate.score import count_correct
+from lmc.graph.ir import Param
+from lmc.graph.infer import infer
+from lmc.graph.init import apply_head_prior, init_tensors
+from lmc.train.schedule import learning_rate
+from lmc.spec.netspec import load_spec
+from lmc.core.types import TensorType
 
 CNN = """
 name: tiny_cnn
@@ -305,9 +306,9 @@ def test_bootstrap_prefix_and_range(tmp_path):
 
 def test_det_prior_sets_the_objectness_biases_only():
     from pathlib import Path
-    from lmc.infer import infer
-    from lmc.init import apply_det_prior, init_tensors
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.graph.init import apply_det_prior, init_tensors
+    from lmc.spec.netspec import load_spec
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "digits_fpn_det.yaml")  # det_prior_pi: 0.01
     net = infer(spec)
     params, _ = init_tensors(net, 0)

@@ -7,11 +7,11 @@ import pytest
 
 from lmc.data import load_dataset
 from lmc.data import text as textdata
-from lmc.evaluate import EvalResult, _score
-from lmc.infer import infer
-from lmc.init import init_tensors, recipe_inits
-from lmc.sample import pick
-from lmc.spec import load_spec
+from lmc.evaluate.score import EvalResult, _score
+from lmc.graph.infer import infer
+from lmc.graph.init import init_tensors, recipe_inits
+from lmc.evaluate.sample import pick
+from lmc.spec.netspec import load_spec
 
 VIT = """name: v
 input: {channels: 1, height: 8, width: 8}
@@ -82,7 +82,7 @@ def test_text_windows_are_next_byte_targets(tmp_path):
 
 
 def test_text_errors(tmp_path):
-    from lmc.errors import DataError
+    from lmc.core.errors import DataError
     bad = tmp_path / "b.txt"
     bad.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(DataError, match="not UTF-8"):
@@ -106,7 +106,7 @@ def test_char_vocab_windows_decode_to_the_text(tmp_path):
 
 
 def test_char_vocab_errors(tmp_path):
-    from lmc.errors import DataError, SpecError
+    from lmc.core.errors import DataError, SpecError
     f = tmp_path / "t.txt"
     f.write_text("abcdefghij" * 10)
     with pytest.raises(DataError, match="10 distinct characters, but the net's vocab_size is 8"):
@@ -123,8 +123,8 @@ def test_char_vocab_errors(tmp_path):
 
 
 def test_token_ids_past_the_embedding_are_refused(tmp_path):
-    from lmc.errors import DataError
-    from lmc.train import load_data
+    from lmc.core.errors import DataError
+    from lmc.data.fit import load_data
     corpus = tmp_path / "c.txt"
     corpus.write_text("ABC~" * 50)                       # '~' is byte 126
     spec = tmp_path / "lm.yaml"
@@ -237,9 +237,9 @@ train: {learning_rate: 0.1, batch_size: 2, epochs: 1}
 
 
 def test_detr_heads_train_with_the_set_loss_only():
-    from lmc.errors import SpecError
-    from lmc.infer import check_recipe_fits
-    from lmc.lower import lower
+    from lmc.core.errors import SpecError
+    from lmc.graph.infer import check_recipe_fits
+    from lmc.lower.lowering import lower
     net = infer(load_spec("d.yaml", text=DETR))
     assert "@forward" in lower(net, "forward")
     # the default loss (class_ce) needs [batch, classes]: refused at loss_kind, naming the output
@@ -284,7 +284,7 @@ def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form, monkeypatch):
     pytest.importorskip("jax")
     monkeypatch.setenv("LMC_BF16_FORM", form)       # both spellings of train.bf16 (lmc/lower.py)
     import jax.numpy as jnp
-    from lmc.lower import abi, hyperparams, lower
+    from lmc.lower.lowering import abi, hyperparams, lower
     from tests.test_oracle import _batch, _init, _module, classifier_yaml, make_jax_step
     layers, x_dims, extra = BF16_NETS[case]
     train = {"learning_rate": 0.5}
@@ -338,8 +338,8 @@ dataset: {kind: text, path: PATH}
 
 @pytest.mark.iree
 def test_train_then_sample_a_byte_lm(tmp_path):
-    from lmc.sample import sample
-    from lmc.train import TrainOptions, train
+    from lmc.evaluate.sample import sample
+    from lmc.train.trainer import TrainOptions, train
     corpus = tmp_path / "c.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     spec = tmp_path / "lm.yaml"
@@ -362,10 +362,10 @@ def test_train_then_sample_a_char_lm(tmp_path):
     import io
     import json
     from rich.console import Console
-    from lmc.checkpoint import read_tensors
-    from lmc.errors import LmcError, TrainError
-    from lmc.sample import sample
-    from lmc.train import TrainOptions, train
+    from lmc.run.checkpoint import read_tensors
+    from lmc.core.errors import LmcError, TrainError
+    from lmc.evaluate.sample import sample
+    from lmc.train.trainer import TrainOptions, train
     corpus = tmp_path / "c.txt"
     text = "the quick brown fox jumps over the lazy dog — ça va? " * 40
     corpus.write_text(text, encoding="utf-8")
@@ -390,21 +390,21 @@ def test_train_then_sample_a_char_lm(tmp_path):
     corpus.write_text(text + "XYZ", encoding="utf-8")          # a changed corpus: other ids
     with pytest.raises(TrainError, match="character vocabulary differs"):
         train(infer(load_spec(spec)), TrainOptions(out=run, steps=40, resume=True), Console(file=io.StringIO()))
-    from lmc.train import evaluate_checkpoint
+    from lmc.evaluate.checkpoint import evaluate_checkpoint
     with pytest.raises(TrainError, match="trained on another character vocabulary"):
         evaluate_checkpoint(infer(load_spec(spec)), run / "last.npz", None, None, None, lambda *a: None)
 
 
 def test_sample_refuses_a_classifier():
-    from lmc.errors import LmcError
-    from lmc.sample import check_lm
+    from lmc.core.errors import LmcError
+    from lmc.evaluate.sample import check_lm
     with pytest.raises(LmcError, match="token_position_embed"):
         check_lm(infer(load_spec("v.yaml", text=VIT), 1))
 
 
 def test_bf16_is_refused_on_a_net_without_a_bf16_primitive():
-    from lmc.errors import SpecError
-    from lmc.lower import abi
+    from lmc.core.errors import SpecError
+    from lmc.lower.lowering import abi
     net = infer(load_spec("c.yaml", text="name: c\ninput: {channels: 1, height: 4, width: 4}\nlayers:\n"
                                         "  - conv2d: {ic: 1, oc: 2, k_size: 3}\n  - global_avg_pool\n"
                                         "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true}\n"))
@@ -414,8 +414,8 @@ def test_bf16_is_refused_on_a_net_without_a_bf16_primitive():
 
 
 def test_bf16_conv_rounds_the_standard_convs_only(monkeypatch):
-    from lmc.errors import SpecError
-    from lmc.lower import abi, lower
+    from lmc.core.errors import SpecError
+    from lmc.lower.lowering import abi, lower
     src = ("name: c\ninput: {channels: 2, height: 4, width: 4}\nlayers:\n"
            "  - separable_conv: {ic: 2, oc: 2}\n  - global_avg_pool\n"
            "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true, bf16_conv: true}\n")
@@ -435,8 +435,8 @@ def test_bf16_modules_get_data_tiling_on_llvm_cpu_only(monkeypatch):
     convert form is slower than f32 (benchmarks/bf16_forms.py).  An f32 module gets it only where
     the lowering asks (lower._packed_matmuls; off here)."""
     from lmc.compile import flags
-    from lmc.errors import LmcError
-    from lmc.lower import lower
+    from lmc.core.errors import LmcError
+    from lmc.lower.lowering import lower
     monkeypatch.delenv("IREE_EXTRA_FLAGS", raising=False)
     net = infer(load_spec("v.yaml", text=VIT.replace("epochs: 1,", "epochs: 1, bf16: true,")))
     text = lower(net, "train_step")

@@ -253,9 +253,9 @@ def test_no_adversarial_example_inside_a_certified_radius(trained):
     yields points x'; wherever the smoothed classifier's majority vote at x' is another class
     (an adversarial example of the smoothed net), ‖x' − x‖₂ exceeds R.  Some votes must flip,
     else the check has no teeth."""
-    from lmc.infer import infer
-    from lmc.lower import abi
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import abi
+    from lmc.spec.netspec import load_spec
     from lmc.trust.attack import pgd_batch
     from lmc.trust.certify import _votes, certify
     from lmc.trust.model import load_model, pad
@@ -359,9 +359,9 @@ def test_lipschitz_is_the_product_of_spectral_norms_and_sound(trained):
     assert "the certificate is vacuous at radius 5" in " ".join(r.stdout.split())
     assert (ckpt.parent / "l.png").read_bytes()[:4] == b"\x89PNG"
 
-    from lmc.infer import infer
-    from lmc.lower import abi
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import abi
+    from lmc.spec.netspec import load_spec
     from lmc.trust.attack import pgd_batch
     from lmc.trust.lipschitz import lipschitz, margin_radii
     from lmc.trust.model import load_model, pad
@@ -385,11 +385,11 @@ def test_lipschitz_walks_a_conv_bn_net_and_refuses_what_it_cannot_bound(tmp_path
     """digits_cnn (conv_bn, max_pool, flatten, dense): a chain, so L is the product of the
     layers' bounds; a conv_bn layer's bound is its tap sum × max|γ|/√(var + ε); a residual add
     sums its branches; an activation without a known bound is refused."""
-    from lmc.infer import infer
-    from lmc.init import init_tensors
+    from lmc.graph.infer import infer
+    from lmc.graph.init import init_tensors
     from lmc.prims.norm import EPS
-    from lmc.spec import load_spec
-    from lmc.errors import LmcError
+    from lmc.spec.netspec import load_spec
+    from lmc.core.errors import LmcError
     from lmc.trust.lipschitz import conv_tap_sum, lipschitz
     net = infer(load_spec(ROOT / "specs" / "digits_cnn.yaml"))
     params, state = init_tensors(net, 0)
@@ -434,12 +434,12 @@ def test_spectral_project_matches_numpy_power_iteration():
     power iterations and rescaling as numpy's float64 version; repeated calls converge to
     ‖W‖₂ = c (dense) and Σ_taps ‖W_tap‖₂ = c (conv), and leave a weight inside the cap alone."""
     from lmc.compile import compile_module
-    from lmc.infer import infer
-    from lmc.lower import lower
-    from lmc.runtime import Module
-    from lmc.spec import load_spec
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import lower
+    from lmc.run.runtime import Module
+    from lmc.spec.netspec import load_spec
     from lmc.trust.lipschitz import conv_tap_sum, spectral_norm
-    from lmc.trust.spectral import ITERS, capped, initial_u
+    from lmc.lower.spectral import ITERS, capped, initial_u
     net = infer(load_spec("s.yaml", text="name: s\ninput: {channels: 2, height: 6, width: 6}\nlayers:\n"
                           "  - conv2d: [2, 3, 3]\n  - flatten\n  - dense: {fan_in: 108, fan_out: 4}\n"
                           "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, spectral_cap: 0.5}\n"))
@@ -488,12 +488,12 @@ def test_spectral_cap_training_caps_every_dense_and_resumes_exactly(tmp_path):
 
 
 def test_spectral_knobs_are_checked():
-    from lmc.errors import LmcError
-    from lmc.spec import load_spec
+    from lmc.core.errors import LmcError
+    from lmc.spec.netspec import load_spec
     base = "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\ntrain: {learning_rate: 0.1, batch_size: 2, epochs: 1, "
     with pytest.raises(LmcError, match="spectral_every.*spectral_cap"):
         load_spec("m.yaml", text=base + "spectral_every: 3}\n")
-    from lmc.train import check_recipe
+    from lmc.train.trainer import check_recipe
     with pytest.raises(LmcError, match="not implemented yet: train.spectral_cap with grad_accum_steps > 1"):
         check_recipe(load_spec("m.yaml", text=base + "spectral_cap: 1.0, grad_accum_steps: 2}\n").train)
 
@@ -538,12 +538,12 @@ def test_recalibrate_rebuilds_bn_statistics(tmp_path):
 
     from lmc.compile import compile_module
     from lmc.data import Batcher
-    from lmc.infer import infer
-    from lmc.lower import lower
-    from lmc.runtime import Module
-    from lmc.spec import load_spec
-    from lmc.train import load_data
-    from lmc.trust.recalibrate import recalibrate_bn
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import lower
+    from lmc.run.runtime import Module
+    from lmc.spec.netspec import load_spec
+    from lmc.data.fit import load_data
+    from lmc.evaluate.recalibrate import recalibrate_bn
     net = infer(load_spec(spec))
     mod = Module(compile_module(lower(net)).path, driver="local-sync")
     ds = load_data(net, None, 1)
@@ -566,7 +566,7 @@ def test_recalibrate_rebuilds_bn_statistics(tmp_path):
 
 def test_e4m3_projection_is_on_the_grid_per_column():
     import ml_dtypes
-    from lmc.trust.fp8 import project
+    from lmc.train.fp8 import project
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((64, 10)) * np.geomspace(1e-3, 10, 10)).astype(np.float32)   # columns of very different scale
     w[:, 3] = 0
@@ -589,14 +589,14 @@ def test_fp8_step_folds_the_update_into_the_f32_master(tmp_path):
     The checkpoint records fp8 and refuses to resume into a run without it (and vice versa)."""
     from lmc.compile import compile_module
     from lmc.data import Batcher
-    from lmc.infer import infer
-    from lmc.init import init_tensors
-    from lmc.lower import abi, lower
-    from lmc.runtime import Module
-    from lmc.schedule import learning_rate
-    from lmc.spec import load_spec
-    from lmc.train import load_data
-    from lmc.trust.fp8 import project, project_params, weight_axes
+    from lmc.graph.infer import infer
+    from lmc.graph.init import init_tensors
+    from lmc.lower.lowering import abi, lower
+    from lmc.run.runtime import Module
+    from lmc.train.schedule import learning_rate
+    from lmc.spec.netspec import load_spec
+    from lmc.data.fit import load_data
+    from lmc.train.fp8 import project, project_params, weight_axes
     out = tmp_path / "run"
     sets = ["--set", "train.fp8=e4m3"]
     r = run("train", MLP, "--steps", 1, "--out", out, *sets)
@@ -627,9 +627,9 @@ def test_fp8_step_folds_the_update_into_the_f32_master(tmp_path):
 
 
 def test_fp8_refuses_what_it_does_not_combine_with():
-    from lmc.errors import LmcError
-    from lmc.spec import load_spec
-    from lmc.train import check_recipe
+    from lmc.core.errors import LmcError
+    from lmc.spec.netspec import load_spec
+    from lmc.train.trainer import check_recipe
     base = "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\ntrain: {learning_rate: 0.1, batch_size: 2, epochs: 1, fp8: e4m3, "
     for extra, what in (("use_ema: true", "use_ema"), ("grad_accum_steps: 2", "grad_accum_steps > 1")):
         with pytest.raises(LmcError, match=f"not implemented yet: train.fp8 with {what}"):

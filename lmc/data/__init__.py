@@ -20,7 +20,8 @@ import numpy as np
 from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, seg_bins, synthetic, text
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
-from lmc.errors import DataError
+from lmc.core.errors import DataError
+from lmc.data.resolution import eval_crop
 
 __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
 
@@ -69,7 +70,6 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     if train_res:
         ds.train_res = (int(train_res), int(train_res))
     if test_crop_ratio and not folder:
-        from lmc.data.resolution import eval_crop
         ds.x_val = eval_crop(ds.x_val, test_crop_ratio)
     if np.issubdtype(ds.y_train.dtype, np.integer):       # class ids (per example or pixel)
         check_labels(ds.y_train, num_classes, ds.source("y_train"))

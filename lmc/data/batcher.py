@@ -19,7 +19,8 @@ import numpy as np
 from lmc.data import augment as aug
 from lmc.data.dataset import Dataset
 from lmc.data.resolution import resize
-from lmc.errors import DataError
+from lmc.core.errors import DataError
+from lmc.data.policy import Policy
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
 _SHUFFLE, _AUGMENT, _MIX, _TTA, _BOXES = 0, 1, 2, 4, 5      # (3: lmc/masks.py)
@@ -159,7 +160,6 @@ class TTA:
     i draws from (seed, i, k) only: every eval of a run sees the same views."""
 
     def __init__(self, ds: Dataset, cfg, pad_crop: int = 4):
-        from lmc.data.policy import Policy
         self.samples, self.seed = cfg.tta_samples, cfg.seed
         self.augment, self.hflip_only = cfg.augment, ds.train_crop is not None
         self.pad_crop = pad_crop

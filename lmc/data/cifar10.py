@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.data.dataset import Dataset, fetch_hint
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
 VAL_FILE = "test_batch.bin"

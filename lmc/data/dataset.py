@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 
 @dataclass

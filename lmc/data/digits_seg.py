@@ -21,6 +21,7 @@ import numpy as np
 
 from lmc.data.dataset import Dataset
 from lmc.losses import BOXES, FLOAT, MASK
+from lmc.data import digits
 
 SEG_SIZE = 32
 SEG_CLASSES = 11             # background + 10 digits
@@ -36,7 +37,6 @@ DET_SEED = 7303
 
 
 def _digits():
-    from lmc.data import digits
     return digits.load()
 
 

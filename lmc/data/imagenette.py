@@ -26,7 +26,7 @@ from PIL import Image, UnidentifiedImageError
 
 from lmc.data.dataset import Dataset, fetch_hint
 from lmc.data.resolution import crop_image
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 STREAM_ABOVE = 4 << 30     # bytes of decoded float32 images above which the loader streams
 MEAN = (0.485, 0.456, 0.406)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.data.dataset import Dataset, fetch_hint
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")

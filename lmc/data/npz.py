@@ -24,7 +24,7 @@ import numpy as np
 
 from lmc.data.dataset import Dataset, fetch_hint
 from lmc.data.split import holdout
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 from lmc.losses import BOXES, CLASS, FLOAT, MASK
 
 HOLDOUT_SEED = 1234

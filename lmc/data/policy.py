@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 LITE = ("identity", "brightness", "contrast", "color", "autocontrast")
 GREY = (0.299, 0.587, 0.114)

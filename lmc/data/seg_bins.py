@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.data.dataset import Dataset, fetch_hint
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 from lmc.losses import BOXES, MASK
 
 MEAN = (0.485, 0.456, 0.406)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.data.dataset import Dataset, fetch_hint
-from lmc.errors import DataError
+from lmc.core.errors import DataError
 
 VOCAB = 256
 VAL_FRACTION = 0.1

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ..errors import NotImplementedKind
-from ..registry import discover, registrar
+from lmc.core.errors import NotImplementedKind
+from lmc.core.registry import discover, registrar
 
 LAYERS: dict[str, type] = {}
 
@@ -43,23 +43,6 @@ class Layer:
     def describe(self) -> str:
         vals = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)]
         return f"{self.kind}(" + ", ".join(vals) + ")"
-
-
-def lowers(cls) -> bool:
-    """Whether layer kind `cls` lowers: it builds, and its examples expand into primitives
-    that all have templates."""
-    from ..errors import Loc
-    from ..graph import Graph
-    from ..spec import NetSpec, parse_layer
-    if cls.build is Layer.build:
-        return False
-    for fields, t in cls.examples:
-        g = Graph()
-        layer = parse_layer({cls.kind: fields}, 0, Loc("<lowers>"), lambda *a: Loc("<lowers>"))
-        layer.build(g, g.input(t), NetSpec(name="t", input=t.dims[1:], layers=(), file="<lowers>"))
-        if not all(n.prim.lowered() for n in g.nodes):
-            return False
-    return True
 
 
 def _fmt(v):

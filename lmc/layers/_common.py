@@ -1,8 +1,8 @@
 """Shared building blocks for layers: padding conventions and the conv → BN → act unit."""
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..prims import same_pad
+from lmc.core.errors import ShapeError
+from lmc.prims import same_pad
 
 
 def pads(h: int, w: int, k: int, s: int, style: str) -> tuple[int, int, int, int]:

@@ -2,8 +2,8 @@
 and small channel arithmetic."""
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..types import TensorType
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
 
 
 def make_divisible(v: float, divisor: int = 8) -> int:

@@ -10,11 +10,11 @@ published architecture is used and the docstring says so."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import bn, channel_shuffle, conv, conv_bn
-from ._shape import image
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import bn, channel_shuffle, conv, conv_bn
+from lmc.layers._shape import image
 
 
 @register("fire_module")

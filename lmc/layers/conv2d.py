@@ -1,10 +1,10 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..fields import Activation, Padding
-from ..types import TensorType
-from . import Layer, register
-from ._common import act, check_channels, conv
+from lmc.core.fields import Activation, Padding
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import act, check_channels, conv
 
 
 @register("conv2d")

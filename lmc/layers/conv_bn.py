@@ -1,10 +1,10 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..fields import Padding
-from ..types import TensorType
-from . import Layer, register
-from ._common import check_channels, conv_bn
+from lmc.core.fields import Padding
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import check_channels, conv_bn
 
 
 @register("conv_bn")

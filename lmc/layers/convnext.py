@@ -4,12 +4,12 @@ LayerNorm over the channels at every pixel (ε = 1e-5); `norm: bn` a batch norm.
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..fields import Activation, Normalization
-from ..types import TensorType
-from . import Layer, register
-from ._common import conv, drop_path, ln, norm
-from ._shape import image
+from lmc.core.errors import ShapeError
+from lmc.core.fields import Activation, Normalization
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import conv, drop_path, ln, norm
+from lmc.layers._shape import image
 
 
 @register("conv_next_stem")

@@ -1,11 +1,11 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..fields import Activation
-from ..types import TensorType
-from . import Layer, register
-from ._common import act
+from lmc.core.errors import ShapeError
+from lmc.core.fields import Activation
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import act
 
 
 @register("dense")

@@ -3,10 +3,10 @@ primitives (layer_norm, linear, matmul, softmax, transpose, broadcast, concat)."
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..types import TensorType
-from . import Layer, register
-from ._common import attention, linear, ln
-from ._shape import divides, tokens
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import attention, linear, ln
+from lmc.layers._shape import divides, tokens
 
 
 @register("transformer_decoder")

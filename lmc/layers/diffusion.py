@@ -3,9 +3,9 @@ primitives and a dense projection."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..types import TensorType
-from . import Layer, register
-from ._shape import image
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._shape import image
 
 
 @register("time_cond_add")

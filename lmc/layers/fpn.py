@@ -7,11 +7,11 @@ Each level is twice the next one's size; the shape rule checks every tap's chann
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import conv, position, stage_taps
-from ._shape import image
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import conv, position, stage_taps
+from lmc.layers._shape import image
 
 
 def _taps(layer, g, net, x, channels: tuple[int, ...], names: tuple[str, ...]) -> list:

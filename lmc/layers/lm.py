@@ -5,10 +5,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._shape import tokens
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._shape import tokens
 
 
 @register("token_position_embed")

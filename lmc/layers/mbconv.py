@@ -8,12 +8,12 @@ claim torchvision's EfficientNets / MobileNetV3 (their strided convs pad (k−1)
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..fields import Activation
-from ..types import TensorType
-from . import Layer, register
-from ._common import conv, conv_bn, drop_path
-from .mobile import style
-from ._shape import image, make_divisible
+from lmc.core.fields import Activation
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import conv, conv_bn, drop_path
+from lmc.layers.mobile import style
+from lmc.layers._shape import image, make_divisible
 
 def _se(g, x, name: str, r: int, inner: str, gate: str):
     """Squeeze-excite on x's c channels with r hidden: GAP → 1×1 conv (c→r, bias) → inner act →

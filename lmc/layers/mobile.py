@@ -7,10 +7,10 @@ that claim torchvision's MobileNets, whose strided depthwise convs pad so
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import check_channels, conv_bn, drop_path
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import check_channels, conv_bn, drop_path
 
 
 def style(net) -> str:

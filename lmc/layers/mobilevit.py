@@ -3,12 +3,12 @@ transformer blocks and primitives (transpose, concat, layer_norm, …)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import conv_bn, ln
-from ._shape import divides, image
-from .transformer import encoder_block
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import conv_bn, ln
+from lmc.layers._shape import divides, image
+from lmc.layers.transformer import encoder_block
 
 
 @register("mobile_vit_block")

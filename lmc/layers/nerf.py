@@ -3,11 +3,11 @@ fourier_features primitive) and nerf_mlp (dense layers, slice and concat)."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import linear
-from ._shape import features
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import linear
+from lmc.layers._shape import features
 
 
 @register("positional_encoding")

@@ -1,9 +1,9 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
 
 
 @register("max_pool")

@@ -3,9 +3,9 @@ summed gradient at the residual join) by walking the graph in reverse."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..types import TensorType
-from . import Layer, register
-from ._common import act, check_channels, conv_bn, drop_path
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import act, check_channels, conv_bn, drop_path
 
 # Block-internal convs use torchvision's symmetric padding (the seed: only top-level strided
 # convs follow the net's conv_pad_style).

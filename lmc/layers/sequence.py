@@ -6,11 +6,11 @@ to the Lean kit's `Layer.nParams`, which the reference calls approximate by desi
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import attention, linear
-from ._shape import tokens
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import attention, linear
+from lmc.layers._shape import tokens
 
 
 @register("mamba_block")

@@ -5,11 +5,11 @@ Both work on the channels-first image layout [B, dim, H, W] that conv_next_stem 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import attention, linear, ln
-from ._shape import divides, image
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import attention, linear, ln
+from lmc.layers._shape import divides, image
 
 
 @register("swin_stage")

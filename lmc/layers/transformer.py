@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import attention, conv, drop_path, linear, ln
-from ._shape import divides, image, tokens
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import attention, conv, drop_path, linear, ln
+from lmc.layers._shape import divides, image, tokens
 
 
 @register("layer_norm")

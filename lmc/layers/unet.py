@@ -7,11 +7,11 @@ a max_pool that needs no padding — so a ResNet can serve as the contracting pa
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Layer, register
-from ._common import STAGE_KINDS, check_channels, conv_bn, layer_input, position
-from ._shape import image
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.layers import Layer, register
+from lmc.layers._common import STAGE_KINDS, check_channels, conv_bn, layer_input, position
+from lmc.layers._shape import image
 
 
 @register("unet_down")

@@ -27,11 +27,11 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from ..errors import DataError, NotImplementedKind, SpecError
-from ..fields import coerce, show
-from ..registry import discover, registrar
-from ..render import TEMPLATES
-from ..types import TensorType
+from lmc.core.errors import DataError, NotImplementedKind, SpecError
+from lmc.core.fields import coerce, show
+from lmc.core.registry import discover, registrar
+from lmc.core.render import TEMPLATES
+from lmc.core.types import TensorType
 
 # The label formats a loss consumes (and a dataset delivers: config.DATASET_LABELS).
 CLASS = "class ids"         # int class index per sample

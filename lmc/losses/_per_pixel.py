@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import DataError
-from ..types import TensorType, f32, flt, i32
-from . import MASK, Loss, Rule
+from lmc.core.errors import DataError
+from lmc.core.types import TensorType, f32, flt, i32
+from lmc.losses import MASK, Loss, Rule
 
 
 # the soft-Dice smoothing constant (losses.md §4.4: the seed's codegen uses 1.0)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import flt
-from . import MULTI_HOT, Loss, near_ties, register, row_types
+from lmc.core.types import flt
+from lmc.losses import MULTI_HOT, Loss, near_ties, register, row_types
 
 
 @register("bce")

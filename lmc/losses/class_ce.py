@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import i32
-from . import CLASS, Loss, Rule, near_ties, register, row_types
+from lmc.core.types import i32
+from lmc.losses import CLASS, Loss, Rule, near_ties, register, row_types
 
 Q_FLOOR = 1e-7          # the focal factor's floor (losses.md §2.1)
 

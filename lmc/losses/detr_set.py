@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DataError
-from ..types import f32
-from . import BOXES, Loss, Rule, register
+from lmc.core.errors import DataError
+from lmc.core.types import f32
+from lmc.losses import BOXES, Loss, Rule, register
 
 EOS_COEF = 0.1                              # the "no object" class's CE weight
 W_CE, W_L1, W_GIOU = 1.0, 5.0, 2.0          # the loss terms' weights

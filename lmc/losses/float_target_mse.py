@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DataError
-from ..types import f32, flt
-from . import FLOAT, Loss, register
+from lmc.core.errors import DataError
+from lmc.core.types import f32, flt
+from lmc.losses import FLOAT, Loss, register
 
 
 @register("float_target_mse")

@@ -4,8 +4,8 @@ t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / N.  The LM's p
 loss on logits [B, V, T, 1] and labels [B, T, 1]."""
 from __future__ import annotations
 
-from . import register
-from ._per_pixel import PerPixel, ce_pixels
+from lmc.losses import register
+from lmc.losses._per_pixel import PerPixel, ce_pixels
 
 
 @register("per_pixel_ce")

@@ -4,8 +4,8 @@ loss = 1 − (1/K) Σ_c (2·Σ p_c·y_c + s) / (Σ p_c + Σ y_c + s).  A class a
 and not predicted scores 1."""
 from __future__ import annotations
 
-from . import register
-from ._per_pixel import PerPixel, dice_reference
+from lmc.losses import register
+from lmc.losses._per_pixel import PerPixel, dice_reference
 
 
 @register("per_pixel_dice")

@@ -3,8 +3,8 @@ against int32 labels [B, H, W]; label smoothing applies to the CE half only (Dic
 one-hot).  loss = −Σ t·logp / N + 1 − (1/K) Σ_c D_c; the seed is the sum of the two seeds."""
 from __future__ import annotations
 
-from . import register
-from ._per_pixel import PerPixel, ce_pixels, dice_reference
+from lmc.losses import register
+from lmc.losses._per_pixel import PerPixel, ce_pixels, dice_reference
 
 
 @register("per_pixel_dice_ce")

@@ -5,8 +5,8 @@ Written `loss_kind: {per_pixel_focal_ce: {gamma: 2.0}}` (γ >= 0, default 2).  �
 module as a runtime hyperparameter (hp entry `gamma`): one compiled step serves every γ."""
 from __future__ import annotations
 
-from . import Param, register
-from ._per_pixel import PerPixel, log_softmax, one_hot
+from lmc.losses import Param, register
+from lmc.losses._per_pixel import PerPixel, log_softmax, one_hot
 
 Q_FLOOR = 1e-12
 

@@ -5,9 +5,9 @@ smoothing applies to the target t (the weight stays the true class's).
 Written `loss_kind: {per_pixel_weighted_ce: {weights: [1, 4, 4]}}`, one weight per class, each > 0."""
 from __future__ import annotations
 
-from ..types import flt
-from . import Param, register
-from ._per_pixel import PerPixel, ce_pixels
+from lmc.core.types import flt
+from lmc.losses import Param, register
+from lmc.losses._per_pixel import PerPixel, ce_pixels
 
 
 def _positive(v):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import SOFT, Loss, near_ties, register, row_types
+from lmc.losses import SOFT, Loss, near_ties, register, row_types
 
 
 @register("soft_label_ce")

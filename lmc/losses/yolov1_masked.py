@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType, f32, flt
-from . import BOXES, Loss, Rule, detach, register
+from lmc.core.types import TensorType, f32, flt
+from lmc.losses import BOXES, Loss, Rule, detach, register
+from lmc.core.render import render_template, sig
+from lmc.losses.boxes import as_list, encode_fpn
 
 LAMBDA_COORD, LAMBDA_NOOBJ, EPS = 5.0, 0.5, 1e-6
 BOX_CH = 10                   # channels before the class scores (2 boxes × 5)
@@ -218,7 +220,6 @@ class YoloV1Masked(Loss):
     def _fpn_context(self, logits):
         """Each scale is the A-anchor loss on its block, rendered here as its own function (this
         template in anchor mode, for that block's types) and called by the flat function."""
-        from ..render import render_template, sig
         b, n_total = logits.dims
         funcs, scales = {}, []
         for off, n, g, an, slot in self.fpn_slots(n_total):
@@ -237,7 +238,6 @@ class YoloV1Masked(Loss):
         grid targets of the dataset, read as box lists — so box-aware augmentation can move
         the boxes first."""
         if self.fpn and np.ndim(y) != 2:
-            from ..data.boxes import as_list, encode_fpn
             # the flat head's width arrives as `num_classes` (the net's output [B, Σ A·S·g²])
             cells = sum(len(an) * g * g for g, an in self.fpn)
             if not num_classes or num_classes % cells or num_classes // cells < SLOT_MIN:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..errors import NotImplementedKind
-from ..registry import discover, registrar
+from lmc.core.errors import NotImplementedKind, SpecError
+from lmc.core.registry import discover, registrar
 
 OPTIMIZERS: dict[str, type] = {}
 # hyperparameters every optimizer may read under these names (not namespaced)
@@ -159,7 +159,6 @@ def assign(net) -> dict:
     for p in net.params:
         out[p.name] = main if main.applies(p, net) else fb
     if main.fallback and not any(o is main for o in out.values()):
-        from ..errors import SpecError
         raise SpecError(f"optimizer {main.name} applies to {main.applies_to}, and this net has none "
                         f"(every tensor would fall back to {main.fallback})",
                         hint=f"use optimizer: {main.fallback}, or a net with such tensors")

@@ -2,7 +2,7 @@
 (AdamW when weight_decay > 0); β1 0.9, β2 0.999, ε 1e-8 (runtime values, never baked in)."""
 from __future__ import annotations
 
-from . import Optimizer, register
+from lmc.optim import Optimizer, register
 
 
 def adam_direction(xp, g, slots, beta1, beta2, eps, t):

@@ -6,8 +6,8 @@ first step), and 1 for the tensors excluded from decay (wd_exclude_norm_bias's n
 as timm and §10 do).  β1 0.9, β2 0.999, ε 1e-6 (runtime values, never baked in)."""
 from __future__ import annotations
 
-from . import Optimizer, register
-from .adam import Adam, adam_direction
+from lmc.optim import Optimizer, register
+from lmc.optim.adam import Adam, adam_direction
 
 
 @register("lamb")

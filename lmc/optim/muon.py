@@ -19,8 +19,8 @@ Conventions (say which, they are easy to get silently wrong):
   so the oracle checks that equivalence as well."""
 from __future__ import annotations
 
-from ..types import f32
-from . import Optimizer, dense_weights, register
+from lmc.core.types import f32
+from lmc.optim import Optimizer, dense_weights, register
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 NS_ITERS = 5

@@ -7,7 +7,7 @@ RMSProp the recipes come from (torch's starts at 0, whose first step is â‰ˆ lr/â
 element whatever the gradient's size)."""
 from __future__ import annotations
 
-from . import Optimizer, register
+from lmc.optim import Optimizer, register
 
 
 @register("rmsprop")

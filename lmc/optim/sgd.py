@@ -2,7 +2,7 @@
 not Nesterov); weight decay coupled into the gradient (g' = g + wd·θ), as torch.optim.SGD."""
 from __future__ import annotations
 
-from . import Optimizer, register
+from lmc.optim import Optimizer, register
 
 
 @register("sgd")

@@ -16,8 +16,8 @@ roots and the step is exactly 0 (G = 0) instead of 0/0.  β and ε are runtime v
 count and the Newton constants 1.5/0.5 are the algorithm's."""
 from __future__ import annotations
 
-from ..types import TensorType
-from . import Optimizer, dense_weights, register
+from lmc.core.types import TensorType
+from lmc.optim import Optimizer, dense_weights, register
 
 NEWTON_ITERS = 15
 MIN_DIM = 16

@@ -28,9 +28,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..registry import discover, registrar
-from ..render import TEMPLATES
-from ..types import TensorType
+from lmc.core.registry import discover, registrar
+from lmc.core.render import TEMPLATES
+from lmc.core.types import TensorType
+from lmc.prims.axes import logical
 
 PRIMS: dict[str, type] = {}
 
@@ -85,12 +86,10 @@ class Prim:
 
     def logical(self, t: TensorType) -> TensorType:
         """The NCHW type of a 4-D activation type this instance receives (identity under NCHW)."""
-        from ..layout import logical
         return logical(t, self.layout) if t.rank == 4 else t
 
     def logical_out(self, t: TensorType) -> TensorType:
         """The NCHW type of its 4-D output type (in `out_layout`)."""
-        from ..layout import logical
         return logical(t, self.out_layout) if t.rank == 4 else t
 
     @classmethod

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..types import TensorType, flt
-from ..layout import Axes
-from . import Elementwise, Prim, primitive
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType, flt
+from lmc.prims.axes import Axes
+from lmc.prims import Elementwise, Prim, primitive
 
 GELU_C = 0.7978845608028654  # sqrt(2/pi): tanh-form GELU, as the reference and jax.nn.gelu(approximate=True)
 

@@ -3,9 +3,9 @@ Padding (lo, hi) per spatial dim is decided by the layer (XLA-SAME, symmetric or
 passed in; this primitive only checks that the output is non-empty."""
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Prim, conv_out, primitive
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.prims import Prim, conv_out, primitive
 
 
 def _t(*d):

@@ -7,9 +7,9 @@ Kept, oracle-tested, for GPUs where IREE's conv kernels may win at run time (unm
 no GPU here)."""
 from __future__ import annotations
 
-from ..types import TensorType
-from . import primitive
-from .conv import Conv, _unreached
+from lmc.core.types import TensorType
+from lmc.prims import primitive
+from lmc.prims.conv import Conv, _unreached
 
 
 def _t(*d):

@@ -2,11 +2,11 @@
 padding, grouped or depthwise), avg_pool, channel_shuffle, leaky_relu and tanh."""
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..types import TensorType, flt
-from . import Elementwise, Prim, conv_out, primitive
-from .basic import away_from_kinks
-from .conv import Conv, _nchw_taps
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType, flt
+from lmc.prims import Elementwise, Prim, conv_out, primitive
+from lmc.prims.basic import away_from_kinks
+from lmc.prims.conv import Conv, _nchw_taps
 
 
 def _t(*d):

@@ -1,9 +1,9 @@
 """dense: y = x·w + b with w laid out [fan_in, fan_out] (the Lean kit's layout)."""
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..types import TensorType
-from . import Prim, primitive
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType
+from lmc.prims import Prim, primitive
 
 
 @primitive("dense")

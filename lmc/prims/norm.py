@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..layout import Axes, channel_sums
-from ..types import TensorType, flt
-from . import Prim, primitive
+from lmc.core.errors import ShapeError
+from lmc.prims.axes import Axes, channel_sums
+from lmc.core.types import TensorType, flt
+from lmc.prims import Prim, primitive
 
 EPS = 1e-5
 

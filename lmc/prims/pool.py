@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..layout import Axes
-from ..types import TensorType
-from . import Prim, conv_out, primitive, same_pad
+from lmc.core.errors import ShapeError
+from lmc.prims.axes import Axes
+from lmc.core.types import TensorType
+from lmc.prims import Prim, conv_out, primitive, same_pad
 
 
 def _t(*d):

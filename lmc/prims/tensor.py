@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..types import TensorType, flt
-from . import Prim, primitive
-from .basic import Bias
+from lmc.core.errors import ShapeError
+from lmc.core.types import TensorType, flt
+from lmc.prims import Prim, primitive
+from lmc.prims.basic import Bias
 
 
 @primitive("concat")

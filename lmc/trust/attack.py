@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import TrainError
-from ..evaluate import wilson95
-from .model import Model, batches, pad
+from lmc.core.errors import TrainError
+from lmc.evaluate.interval import wilson95
+from lmc.trust.model import Model, batches, pad
+from lmc.evaluate.plot import save_percent_plot
+from lmc.lower.lowering import abi
 
 NORMS = ("linf", "l2")
 
@@ -126,7 +128,6 @@ def pgd(m: Model, eps_list: list[float], norm: str = "linf", steps: int = 10, st
     """Clean correctness and one AttackResult per ε (in the order given)."""
     check_args(eps_list, norm, steps, step_size, restarts)
     cfg = m.net.spec.train
-    from ..lower import abi
     a = abi(m.net)
     hp = a.hp_vector(cfg, 0.0, 1)
     bounds = bounds if bounds is not None else m.bounds
@@ -155,7 +156,6 @@ def pgd(m: Model, eps_list: list[float], norm: str = "linf", steps: int = 10, st
 
 def plot_attack(clean: np.ndarray, results: list[AttackResult], path, title: str):
     """Robust top-1 vs ε with the 95% Wilson interval (matplotlib, Agg)."""
-    from ..plot import save_percent_plot
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

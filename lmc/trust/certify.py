@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import TrainError
-from .model import Model, pad
-from .stats import clopper_pearson_lower
+from lmc.core.errors import TrainError
+from lmc.trust.model import Model, pad
+from lmc.trust.stats import clopper_pearson_lower
+from lmc.evaluate.plot import save_percent_plot
 
 
 @dataclass
@@ -98,7 +99,6 @@ def radius_cap(sigma: float, n: int, alpha: float) -> float:
 def plot_certified(curves: dict, path, title: str, cap: float | None = None):
     """Certified top-1 vs L2 radius, one line per label: curves = {label: (radii, right)} with
     each example's certified radius and whether it is certified to its label (matplotlib)."""
-    from ..plot import save_percent_plot
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import TrainError
+from lmc.core.errors import TrainError
+from lmc.prims.norm import EPS
 
 ACT_BOUND = {"relu": 1.0, "relu6": 1.0, "sigmoid": 0.25, "h_sigmoid": 1.0 / 6.0, "h_swish": 1.5}
 
@@ -52,7 +53,6 @@ class Bound:
 
 
 def _prim_bound(node, params: dict, state: dict, net) -> float:
-    from ..prims.norm import EPS
     name, attrs = node.prim.name, node.prim.attrs
     p = [params[q.name] for q in node.params]
     if name == "dense":

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TrainError
+from lmc.core.errors import TrainError
+from lmc.compile import compile_module, resolve_backend
+from lmc.data.fit import load_data
+from lmc.evaluate.checkpoint import EVAL_REGIONS
+from lmc.lower.lowering import lower
+from lmc.run.checkpoint import load_init, load_region, read_tensors
+from lmc.run.runtime import Module
 
 
 @dataclass
@@ -57,8 +63,6 @@ def check_classifier(net) -> None:
 def load_weights(net, init: Path, region: str = "auto"):
     """(params, state, region, description) of a checkpoint for `net`, refused when it is of
     another spec (load_init names the first tensor that differs) or lacks BN statistics."""
-    from ..checkpoint import load_init, load_region, read_tensors
-    from ..train import EVAL_REGIONS
     init = Path(init)
     if region not in EVAL_REGIONS or region == "swag":
         raise TrainError(f"--region {region!r}: expected one of auto, live, ema, swa")
@@ -80,10 +84,6 @@ def load_model(net, init: Path, data, backend, chip, log, functions: str = "forw
                limit: int | None = None) -> Model:
     """Compile `functions` of `net` (forward, or input_grad: @input_grad + @forward), upload a
     checkpoint's weights, load the validation split (its first `limit` examples)."""
-    from ..compile import compile_module, resolve_backend
-    from ..lower import lower
-    from ..runtime import Module
-    from ..train import load_data
     check_classifier(net)
     if limit is not None and limit < 1:
         raise TrainError(f"--limit must be at least 1, got {limit}")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmcError
-from ..evaluate import wilson95
+from lmc.core.errors import LmcError
+from lmc.evaluate.interval import wilson95
+from lmc.run.checkpoint import atomic_write
 
 
 @dataclass
@@ -81,5 +82,4 @@ def clopper_pearson_lower(k: int, n: int, alpha: float) -> float:
 
 def save_bitmap(path: Path, mask: np.ndarray) -> None:
     """Write a correctness bitmap (uint8 .npy) atomically."""
-    from ..checkpoint import atomic_write
     atomic_write(Path(path), lambda f: np.save(f, np.asarray(mask, np.uint8), allow_pickle=False))

@@ -1,0 +1,118 @@
+"""Command line: `lmc validate | info | render | compile | train | eval | bench | plot | layers`
+(and the trust tools `compare | attack | certify | lipschitz`, lmc/trust/commands.py).
+Commands are thin: parse options, call one pipeline function, print.  Artifacts go to stdout
+or -o; progress and errors to stderr.  Every LmcError exits with code 2."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import typing
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from lmc.core.errors import LmcError
+from lmc import __version__
+from lmc.compile import compiler_version, find_compiler
+from lmc.graph.infer import infer
+from lmc.run.dist import launched_rank
+from lmc.spec.netspec import load_spec
+
+
+class _Argument(typer.core.TyperArgument):
+    def display_type_rich(self, ctx):         # the name says it all: no `<path>` after SPEC
+        return None
+
+    def _usage_display_name(self) -> str:     # `SPEC`, `[RUN_DIR]`: not typer's `{spec}`
+        name = self.metavar or self.name.upper()
+        return name if self.required else f"[{name}]"
+
+
+_METAVARS = {Path: "PATH", int: "INTEGER", float: "FLOAT", str: "TEXT"}
+
+
+def _plain(params):
+    """Help as in a classic click/typer CLI: `lmc train [OPTIONS] SPEC`, flags without a type
+    placeholder, PATH / INTEGER / TEXT after the options that take a value (typer 0.29 writes
+    `{spec}`, `--json <bool>`, `--set <list[str]>`)."""
+    for p in params:
+        if isinstance(p, typer.core.TyperArgument):
+            p.__class__ = _Argument
+            p.metavar = p.metavar or p.name.upper()
+        elif p.metavar is None:
+            t = p.type_descriptor.annotation
+            t = typing.get_args(t)[0] if typing.get_origin(t) is list else t
+            p.metavar = "" if p.is_flag else _METAVARS.get(t, "TEXT")
+    return params
+
+
+class _PlainHelp:
+    """Mixed into typer's command and group classes: plain metavars in --help (see _plain)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        _plain(self.params)
+
+    def get_help_option(self, ctx):
+        opt = super().get_help_option(ctx)
+        return _plain([opt])[0] if opt is not None else None
+
+
+class _Command(_PlainHelp, typer.core.TyperCommand):
+    pass
+
+
+class _Group(_PlainHelp, typer.core.TyperGroup):
+    pass
+
+
+app = typer.Typer(cls=_Group, rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
+                  help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.")
+console = Console()
+# stderr: paths and messages on one line, and never read as rich markup (a path may hold "[/x]")
+err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
+
+SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML).", show_default=False)]
+ChipOpt = Annotated[Optional[str], typer.Option(help="Target chip (default: $IREE_CHIP, else sm_86 for cuda, gfx1100 for rocm, host for llvm-cpu).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
+
+
+@contextlib.contextmanager
+def user_errors():
+    """LmcError → its message on stderr, exit code 2.  Anything else is a bug (traceback)."""
+    try:
+        yield
+    except LmcError as e:
+        # plain write: rich would wrap a long `file:line:col: message` line at the terminal width
+        r = launched_rank()
+        sys.stderr.write((f"rank {r}: " if r else "") + e.render() + "\n")
+        raise typer.Exit(2)
+
+
+def _load(spec: Path, sets, batch=None):
+    s = load_spec(spec, sets)
+    if batch is not None and batch < 1:     # else infer blames layer 0 for an empty dimension
+        raise LmcError(f"--batch must be at least 1, got {batch}")
+    return infer(s, batch)
+
+
+def _version(value: bool):
+    if value:
+        try:
+            cv = compiler_version(find_compiler())
+        except LmcError:
+            cv = "iree-compile not found"
+        print(f"lmc {__version__} ({cv})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print lmc's and the IREE compiler's versions.")] = False):
+    pass
+
+
+def main():
+    app()

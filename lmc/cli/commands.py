@@ -1,0 +1,378 @@
+"""The pipeline's commands: validate, info, render, compile, train, eval, sample, plot, layers,
+bench (each parses its options, calls one stage, prints)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
+from lmc.core.errors import LmcError
+from lmc.compile import compile_module, resolve_backend
+from lmc.evaluate.checkpoint import evaluate_checkpoint
+from lmc.evaluate.metrics import save_predictions
+from lmc.evaluate.plot import plot_run
+from lmc.evaluate.sample import sample as run_sample
+from lmc.evaluate.score import EvalResult
+from lmc.graph.infer import check_recipe_fits, lowers
+from lmc.layers import all_layers
+from lmc.lower.lowering import abi, lower
+from lmc.run.dist import launch, launched_rank, launched_size
+from lmc.train.bench import DeviceMissing, bench
+from lmc.train.trainer import Interrupted, TrainOptions, Trainer, refusals, train as run_training
+from lmc.trust.stats import save_bitmap
+
+@app.command(cls=_Command)
+def validate(spec: SpecArg, set: SetOpt = None) -> None:
+    """Parse SPEC and shape-check every layer: exit 0 if it is valid, else print every error and exit 2.
+
+    Errors read `file:line:col: message`.  What a valid spec holds that lmc render/train refuse
+    (a layer not lowered yet, a loss, optimizer or recipe switch not implemented) is one warning each."""
+    with user_errors():
+        net = _load(spec, set)
+        check_recipe_fits(net)      # the loss against the output, as lower() checks it
+        warnings = refusals(net)
+    for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
+        sys.stderr.write(w.render("warning") + "\n")
+    err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
+              f"output {net.output.type.shape_str()}")
+
+
+def _fmt_flops(n: int) -> str:
+    for unit, k in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= k:
+            return f"{n / k:.2f}{unit}"
+    return str(n)
+
+
+@app.command(cls=_Command)
+def info(spec: SpecArg,
+         params: Annotated[bool, typer.Option("--params", help="List every parameter tensor (name, shape, init) in ABI order.")] = False,
+         as_json: Annotated[bool, typer.Option("--json", help="Print the same information as JSON.")] = False,
+         batch: Annotated[Optional[int], typer.Option(help="Batch size for shapes and FLOPs (default: the recipe's, else 1).")] = None,
+         set: SetOpt = None) -> None:
+    """Print SPEC's layers as a table: output shape, parameters and forward FLOPs per layer, totals."""
+    with user_errors():
+        net = _load(spec, set, batch)
+    if as_json:
+        out = {"name": net.spec.name, "input_shape": list(net.input.dims), "output_shape": list(net.output.type.dims),
+               "total_params": net.total_params, "total_flops": net.total_flops,
+               "layers": [{"index": l.index, "kind": l.kind, "layer": l.describe, "output_shape": list(l.out.dims),
+                           "params": sum(p.type.size for p in l.params), "flops": l.flops, "lowered": l.lowered}
+                          for l in net.layers],
+               "params": [{"name": p.name, "shape": list(p.type.dims), "init": p.init} for p in net.params],
+               "state": [{"name": s.name, "shape": list(s.type.dims), "init": s.init} for s in net.state],
+               "train_abi": _train_abi(net)}
+        print(json.dumps(out, indent=2))
+        return
+    # the spec's name and layer text are the user's: escaped, or "[/x]" in a name is a MarkupError
+    t = Table(title=f"{escape(net.spec.name)}  (input {net.input.shape_str()})")
+    for c in ("#", "layer", "output", "params", "FLOPs"):
+        t.add_column(c, justify="right" if c in ("#", "params", "FLOPs") else "left")
+    for l in net.layers:
+        mark = "" if l.lowered else " [dim](shape only)[/dim]"
+        t.add_row(str(l.index), escape(l.describe) + mark, l.out.shape_str(), f"{sum(p.type.size for p in l.params):,}", _fmt_flops(l.flops))
+    t.add_section()
+    t.add_row("", "total", net.output.type.shape_str(), f"{net.total_params:,}", _fmt_flops(net.total_flops))
+    console.print(t)
+    if params:
+        pt = Table(title="parameters (train-step argument order)")
+        for c in ("#", "name", "shape", "init"):
+            pt.add_column(c)
+        for i, p in enumerate(net.params):
+            pt.add_row(str(i), p.name, p.type.shape_str(), p.init)
+        for s in net.state:
+            pt.add_row("", s.name + " [dim](state)[/dim]", s.type.shape_str(), s.init)
+        console.print(pt)
+
+
+def _train_abi(net) -> dict | None:
+    """The training functions' layout for machines: the hp vector's entries, each tensor's
+    optimizer, the optimizer-state order, the input (at train_res under it) and label tensors (None without a recipe; the refusal
+    when lmc cannot lower it)."""
+    if net.spec.train is None:
+        return None
+    try:
+        a = abi(net)
+    except LmcError as e:
+        return {"refused": e.message}
+    return {"hp": list(a.hp), "loss": a.loss.name, "x": list(a.x.dims), "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
+            "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
+            "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
+            "head_lr": sorted(a.head), "grad_accum_steps": a.accum,
+            "masks": [{"kind": m.kind, "layer": m.layer, "shape": list(m.value.type.dims)} for m in a.masks],
+            "functions": ["train_step"] if a.accum == 1 else ["grad_step", "apply_step"]}
+
+
+@app.command(cls=_Command)
+def render(spec: SpecArg,
+           output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
+           function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward, all, or input_grad (@input_grad and @forward, what lmc attack compiles).")] = "all",
+           batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
+           backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
+           set: SetOpt = None) -> None:
+    """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
+    with user_errors():
+        if function not in ("train_step", "forward", "all", "input_grad"):
+            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
+        text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend))
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {output} ({len(text):,} bytes)")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command("compile", cls=_Command)
+def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a StableHLO module (.mlir).")],
+                output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the .vmfb (default: build/<name>.<backend>.vmfb; <name> is the spec's name, then -<build_tag> if it has one, or the .mlir file's stem).")] = None,
+                backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+                chip: ChipOpt = None,
+                verbose: Annotated[bool, typer.Option("--verbose", help="Print the compiler command and keep the .mlir next to the cache entry.")] = False,
+                set: SetOpt = None) -> None:
+    """Compile SOURCE with iree-compile (cached by module text, flags and compiler version)."""
+    with user_errors():
+        if source.suffix == ".mlir":
+            try:
+                text = source.read_text()
+            except OSError as e:
+                raise LmcError(f"cannot read {source}: {e.strerror}")
+            name = source.stem
+        else:
+            net = _load(source, set)
+            text = lower(net, backend=resolve_backend(backend))
+            name = net.spec.name + (f"-{net.spec.build_tag}" if net.spec.build_tag else "")
+        b = resolve_backend(backend)
+        out = output or Path("build") / f"{name}.{b}.vmfb"
+        err.print(f"compiling {name} for {b} → {out}")
+        c = compile_module(text, out, backend, chip, verbose)
+    if verbose:
+        err.print(" ".join(c.command))
+    err.print(f"{'cached' if c.cached else 'compiled'} in {c.seconds:.1f}s: {out} ({out.stat().st_size:,} bytes)")
+
+
+@app.command(cls=_Command)
+def train(spec: SpecArg,
+          backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu); the module runs on that backend's device.")] = None,
+          chip: ChipOpt = None,
+          data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>); a .npz file selects the npz loader.")] = None,
+          out: Annotated[Optional[Path], typer.Option(help="Run directory for the checkpoint (last.npz) and metrics.jsonl (default: runs/<spec name>).")] = None,
+          epochs: Annotated[Optional[int], typer.Option(help="Train this many epochs instead of the recipe's (same as --set train.epochs=N).")] = None,
+          steps: Annotated[Optional[int], typer.Option(help="Stop when the global step reaches N (the lr schedule still spans the recipe's epochs).")] = None,
+          init: Annotated[Optional[Path], typer.Option(help="Start from these parameters: an lmc checkpoint, a .npz/.safetensors of named tensors, or a flat float32 .bin.")] = None,
+          resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint, with its optimizer state and data position.")] = False,
+          shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
+          overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
+          log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
+          tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
+          nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
+          devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
+          dist_timeout: Annotated[Optional[float], typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs); default 300.")] = None,
+          set: SetOpt = None) -> None:
+    """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
+
+    Ctrl-C saves a checkpoint at the current step and exits with code 130."""
+    sets = list(set or []) + ([(f"train.epochs={epochs}", "--epochs")] if epochs is not None else [])
+    world = launched_size()
+    try:
+        with user_errors():
+            if nproc < 1:
+                raise LmcError(f"--nproc must be at least 1, got {nproc}")
+            if world > 1 and nproc not in (1, world):
+                raise LmcError(f"--nproc {nproc}, but the launcher started {world} ranks",
+                               hint="under mpiexec/mpirun leave --nproc out (the launcher's -n decides)")
+            if world == 1 and nproc == 1 and (devices or dist_timeout is not None):
+                raise LmcError(f"{'--devices' if devices else '--dist-timeout'} acts on data-parallel ranks, and this "
+                               f"run has one process", hint="add --nproc N (or start the ranks with mpiexec)")
+            if dist_timeout is not None and dist_timeout <= 0:
+                raise LmcError(f"--dist-timeout must be positive, got {dist_timeout:g}")
+            net = _load(spec, sets)
+            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
+                                resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
+                                tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
+                                nproc=world if world > 1 else nproc)
+            if world == 1 and nproc > 1:
+                # this process launches the ranks: refuse what they would refuse, once, here
+                t = Trainer(net, opts, err)
+                raise typer.Exit(launch(_rank_argv(sys.argv[1:]), nproc, devices.split(",") if devices else None,
+                                        lambda m: err.print(m, markup=False, highlight=False), t.out / "metrics.jsonl"))
+            if devices:
+                os.environ["LMC_DEVICES"] = devices
+            s = run_training(net, opts, err)
+    except Interrupted as e:
+        if not launched_rank():           # one line for a data-parallel run: rank 0's
+            err.print(str(e), markup=False, highlight=False)
+        raise typer.Exit(130)
+    except KeyboardInterrupt:
+        err.print("aborted by Ctrl-C (before training started, or a second Ctrl-C): no checkpoint was written "
+                  "for the current step", markup=False, soft_wrap=True)
+        raise typer.Exit(130)
+    if s.rank:                            # rank 0 reports for a data-parallel run
+        return
+    ev = f"; {s.eval.describe()}" if s.eval is not None else ""
+    loss = f"{s.loss + 0.0:.4f}" if s.loss is not None else "n/a"
+    err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
+              f"({s.images_per_s:,.0f} img/s), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
+              f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _rank_argv(argv: list[str]) -> list[str]:
+    """This command line for the ranks: without --nproc and --devices (the launcher's and
+    LMC_DEVICES' business)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--nproc", "--devices"):
+            skip = True
+            continue
+        if a.startswith(("--nproc=", "--devices=")):
+            continue
+        out.append(a)
+    return out
+
+
+@app.command("eval", cls=_Command)
+def eval_cmd(spec: SpecArg,
+             init: Annotated[Path, typer.Option(help="The parameters to score: an lmc checkpoint (RUN_DIR/last.npz), a .npz/.safetensors of named tensors, or a flat .bin.")],
+             backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+             chip: ChipOpt = None,
+             data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")] = None,
+             batch: Annotated[Optional[int], typer.Option(help="Batch size of the compiled @forward (default: the recipe's).")] = None,
+             region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
+             as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
+             recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
+             dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
+             predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
+             set: SetOpt = None) -> None:
+    """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
+    with user_errors():
+        if dump_correct is not None and dump_correct.suffix != ".npy":
+            raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
+        net = _load(spec, set, batch)
+        r = evaluate_checkpoint(net, init, data, backend, chip,
+                                lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
+                                recalibrate)
+        if dump_correct is not None and not hasattr(r, "correct"):
+            raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
+                           f"(this spec's labels) does not have")
+        if dump_correct is not None:
+            save_bitmap(dump_correct, r.correct())
+            err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
+    if predictions is not None:
+        with user_errors():
+            if not save_predictions(r, predictions):
+                raise LmcError("--predictions draws segmentation, detection or regression outputs; this spec's "
+                               "labels are class ids")
+        err.print(f"wrote {predictions}", markup=False, highlight=False)
+    if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/metrics.py)
+        print(json.dumps({**r.as_dict(), "region": r.region}))
+    elif as_json:
+        d = r.as_dict()
+        d.update(correct=r.top1, top1_ci=[d["top1_lo"], d["top1_hi"]], region=r.region)
+        if r.top5 is not None:
+            d.update(top5_correct=r.top5, top5_ci=[d["top5_lo"], d["top5_hi"]])
+        print(json.dumps(d))
+    else:
+        console.print(r.describe(), markup=False, highlight=False)
+
+
+@app.command(cls=_Command)
+def sample(spec: SpecArg,
+           init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors.")],
+           prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
+           tokens: Annotated[int, typer.Option(help="How many tokens (bytes, or characters for a `vocab: char` run) to sample after the prompt.")] = 200,
+           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely token every time.")] = 0.8,
+           top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens only (0: all of them).")] = 0,
+           seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
+           backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+           chip: ChipOpt = None,
+           set: SetOpt = None) -> None:
+    """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
+    with user_errors():
+        net = _load(spec, set, 1)
+        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip)
+    sys.stdout.write(text + "\n")
+
+
+@app.command(cls=_Command)
+def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `lmc train` (holds metrics.jsonl).", show_default=False)],
+         output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None) -> None:
+    """Plot a run's loss and accuracy curves from RUN_DIR/metrics.jsonl into a PNG."""
+    with user_errors():
+        path = plot_run(run_dir, output)
+    err.print(f"wrote {path}", markup=False, highlight=False)
+
+
+@app.command(cls=_Command)
+def layers() -> None:
+    """List every registered layer kind with its fields and whether it lowers yet."""
+    import dataclasses
+    t = Table()
+    for c in ("kind", "fields", "lowers"):
+        t.add_column(c)
+    for kind, cls in sorted(all_layers().items()):
+        fields = ", ".join(f.name + ("" if f.default is dataclasses.MISSING else f"={getattr(f.default, 'value', f.default)}")
+                           for f in dataclasses.fields(cls))
+        t.add_row(kind, fields, "yes" if lowers(cls) else "shape only")
+    console.print(t)
+
+
+@app.command("bench", cls=_Command)
+def bench_cmd(spec: SpecArg,
+              backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
+              chip: ChipOpt = None,
+              batch: Annotated[Optional[int], typer.Option(help="Batch size to measure (default: the recipe's).")] = None,
+              steps: Annotated[int, typer.Option(help="Timed train steps after 3 warm-up steps.")] = 20,
+              as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
+              cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
+              set: SetOpt = None) -> None:
+    """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
+
+    Measures compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s
+    and peak memory."""
+    with user_errors():
+        net = _load(spec, set, batch)
+        if net.spec.train is None:
+            raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
+        if steps < 1:
+            raise LmcError(f"--steps must be at least 1, got {steps}")
+        try:
+            r = bench(net, backend, chip, steps=steps, cold=cold)
+        except DeviceMissing as e:   # report what was measured (the compile), then the error
+            p = e.partial
+            if as_json:
+                print(json.dumps(p, indent=2))
+            else:
+                console.print(f"compiled {p['name']} for {p['backend']} (batch {p['batch']}): "
+                              + ("cached" if p["compile_s"] is None else f"{p['compile_s']:.2f} s")
+                              + f", {p['vmfb_bytes']:,} bytes; step timings need the device", markup=False)
+            raise
+    if as_json:
+        print(json.dumps(r, indent=2))
+        return
+    t = Table(title=f"lmc bench: {r['name']} on {r['backend']} (batch {r['batch']})")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    rows = [("compile (cold)", "cached (use --cold)" if r["compile_s"] is None else f"{r['compile_s']:.2f} s"),
+            ("compile (cached)", f"{r['compile_cached_s'] * 1e3:.0f} ms"), ("module load", f"{r['load_s'] * 1e3:.1f} ms"),
+            ("train step, median", f"{r['step_ms_median']:.2f} ms"),
+            ("train step, min / max", f"{r['step_ms_min']:.2f} / {r['step_ms_max']:.2f} ms"),
+            ("train step, IQR", f"{r['step_ms_iqr']:.2f} ms"), ("forward, median", f"{r['forward_ms_median']:.2f} ms"),
+            ("images/s (train)", f"{r['images_per_s']:,.0f}"),
+            ("achieved GFLOP/s (3x forward FLOPs)", f"{r['train_gflops']:.1f}"),
+            ("peak host memory", f"{r['peak_rss_mb']:.0f} MB"), ("module size", f"{r['vmfb_bytes']:,} bytes")]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+
+
+

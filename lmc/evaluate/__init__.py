@@ -1,0 +1,1 @@
+"""Scoring a trained net: accuracy and task metrics, checkpoints scored, samples, plots."""

@@ -1,0 +1,788 @@
+"""TypedNet → StableHLO module text: `@train_step` (forward, loss, backward derived by walking
+the primitive graph in reverse, optimizer update, running statistics) and `@forward` (eval);
+with grad_accum_steps k > 1, `@grad_step` and `@apply_step` instead of `@train_step`; with
+use_swa, `@average`.
+
+ABI (README "Module ABI"; `abi()` is its one definition, used by lower, train, checkpoints,
+bench and the tests).  P = params in `lmc info --params` order, O = optimizer state (slot-major:
+for each slot, the params that have it, in P order), E = EMA weights (use_ema; P's types),
+S = running state, G = gradient accumulators (P's types), hp = the runtime hyperparameters:
+  @train_step(P..., O..., E..., S..., x, labels, hp, M...) -> (P'..., O'..., E'..., S'..., loss, correct)
+  @grad_step(P..., S..., G..., x, labels, hp, M...)       -> (G + g..., S'..., loss, correct)
+  (M: the host-drawn dropout / drop-path masks, Abi.masks, none without those knobs)
+  @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
+  @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
+  @forward(P..., S..., x) -> logits
+  (train.train_res R: the training functions take x at [B, C, R, R], @forward and @input_grad
+  at the spec's input: one module holding the net lowered at both shapes, infer.train_net)
+  @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
+  @spectral_project(W..., U..., cap) -> (W'..., U'...)  (train.spectral_cap; W the capped
+      weights, U their power-iteration vectors: lmc/trust/spectral.py)
+@input_grad is the training graph (BN with batch statistics) carried down to the input: the
+loss of the batch and its gradient with respect to x, for attacks (lmc/trust/attack.py).
+The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
+read; everything a schedule may change is a runtime value, never baked into the text."""
+from __future__ import annotations
+
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lmc.lower import inplace
+from lmc.spec.config import effective_loss
+from lmc.core.errors import NotImplementedKind, SpecError, switch
+from lmc.graph.ir import Node
+from lmc.graph.infer import TypedNet, check_recipe_fits, train_net
+from lmc.graph.layout import place
+from lmc.losses import Loss, make_loss
+from lmc.optim import GLOBAL_HP, Optimizer, assign, selection
+from lmc.core.render import render_prim, render_template, sig
+from lmc.core.types import TensorType
+from lmc.lower.spectral import capped, context
+from lmc.prims import make_prim
+from lmc.prims.axes import TO_HBWC, TO_NCHW, physical
+
+# The lowering's hint to the compiler (a comment line of the module, `_packed_matmuls`): on
+# llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py).
+PACKED = "// lmc: llvm-cpu packed matmuls"
+
+SCALAR = "tensor<f32>"
+# the hp entries every train step reads, first in the vector
+CORE_HP = ("lr", "weight_decay", "t", "bn_momentum")
+
+
+@dataclass(frozen=True)
+class Abi:
+    """One definition of the argument/result layout, used by lower, runtime, checkpoints, tests."""
+    params: list
+    opt: list                       # [(slot, Param)], slot-major
+    ema: list                       # the params with an EMA copy (all of them under use_ema, else none)
+    state: list
+    x: TensorType
+    labels: TensorType
+    logits: TensorType
+    hp: tuple[str, ...] = ()
+    loss: Loss | None = None
+    optimizers: dict = field(default_factory=dict)     # param name → Optimizer
+    head: frozenset = frozenset()   # params whose lr is lr·head_lr_mult
+    accum: int = 1                  # grad_accum_steps
+    no_decay: frozenset = frozenset()   # params excluded from weight decay (wd_exclude_norm_bias)
+    used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
+    masks: list = field(default_factory=list)   # graph.Mask: the train step's host-drawn random inputs
+    world: int = 1                  # data-parallel ranks (lmc/dist.py): the gradient is Σ over them
+
+    @property
+    def split(self) -> bool:
+        """@grad_step + @apply_step instead of @train_step: accumulation, or data-parallel ranks
+        (whose gradients are summed between the two)."""
+        return self.accum > 1 or self.world > 1
+
+    def mask_ones(self) -> list[np.ndarray]:
+        """All-ones masks: the exact identity (what @forward uses)."""
+        return [np.ones(m.value.type.dims, np.float32) for m in self.masks]
+
+    def decay(self, name: str) -> bool:
+        """Whether this parameter takes weight decay."""
+        return name not in self.no_decay
+
+    @property
+    def opt_keys(self) -> list[tuple[str, str]]:
+        return [(slot, p.name) for slot, p in self.opt]
+
+    def initial_opt(self) -> list[np.ndarray]:
+        """Fresh optimizer state, each slot at its optimizer's start value."""
+        return [np.full(p.type.dims, self.optimizers[p.name].slot_init(slot), np.float32) for slot, p in self.opt]
+
+    def hp_vector(self, cfg, lr: float, step: int) -> np.ndarray:
+        return np.asarray(hyperparams(self, cfg, lr, step), np.float32)
+
+
+def _opt_layout(net, optimizers: dict) -> list:
+    slots: list[str] = []
+    for p in net.params:
+        for s in optimizers[p.name].slots:
+            if s not in slots:
+                slots.append(s)
+    return [(s, p) for s in slots for p in net.params if s in optimizers[p.name].slots]
+
+
+def _unique(optimizers: dict) -> list[Optimizer]:
+    out = []
+    for o in optimizers.values():
+        if all(o is not q for q in out):
+            out.append(o)
+    return out
+
+
+def head_params(net) -> frozenset:
+    """The final dense head's tensors (head_lr_mult): the params of the last layer that has
+    any, which must be a dense layer."""
+    with_params = [l for l in net.layers if l.params]
+    last = with_params[-1] if with_params else None
+    if last is None or last.kind != "dense":
+        what = f"layer {last.index} ({last.kind})" if last else "no layer"
+        raise SpecError(f"head_lr_mult scales the lr of the final dense head, but the last layer with "
+                        f"parameters is {what}", net.spec.loc("train", "head_lr_mult"))
+    return frozenset(p.name for p in last.params)
+
+
+def abi(net: TypedNet, world: int = 1) -> Abi:
+    cfg = net.spec.train
+    out = net.output.type
+    if cfg is None:
+        return Abi(net.params, [], [], net.state, net.input, out, out)
+    kind = effective_loss(cfg, net.spec.dataset)
+    try:
+        loss = make_loss(kind, cfg)
+    except NotImplementedKind as e:
+        raise e.located(net.spec.loc("train", "loss_kind"))
+    refused = loss.refused(cfg)
+    if refused:
+        raise NotImplementedKind(f"not implemented yet: {', '.join('train.' + f for f in refused)} "
+                                 f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
+                                 hint="remove the field from the recipe (or set it to its default)")
+    check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
+    t = train_net(net)             # train.train_res: the training functions' input and masks
+    if cfg.bf16 and not any(_bf16(n, cfg.bf16_conv) for n in net.graph.nodes):
+        raise SpecError("train.bf16 rounds the operands of the primitives with a bf16 form (dense, linear, "
+                        "matmul, attention; standard convs with bf16_conv), and this net has none"
+                        + ("" if cfg.bf16_conv else " (its convs would need bf16_conv: true)"),
+                        net.spec.loc("train", "bf16"))
+    if cfg.bf16_conv and _conv_form():
+        raise SpecError("train.bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct's "
+                        "stablehlo.convolution", net.spec.loc("train", "bf16_conv"))
+    where = selection(cfg)[1]
+    try:
+        optimizers = assign(net)
+    except (NotImplementedKind, SpecError) as e:
+        raise e.located(net.spec.loc("train", where))
+    head = head_params(net) if cfg.head_lr_mult != 1.0 else frozenset()
+    used = tuple(_unique(optimizers))
+    hp = list(CORE_HP) + [h for h in loss.hp if h not in CORE_HP]
+    for o in used:
+        hp += [f"{o.name}.{h}" for h in o.hp if h not in GLOBAL_HP]
+    if cfg.grad_clip_norm > 0:
+        hp.append("grad_clip_norm")
+    if head:
+        hp.append("head_lr_mult")
+    if cfg.use_ema:
+        hp.append("ema_decay")
+    k = max(cfg.grad_accum_steps, 1)
+    if k > 1 or world > 1:
+        hp.append("grad_scale")
+    # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
+    no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
+    return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
+               t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
+               list(t.graph.masks), world)
+
+
+def ema_decay(cfg, step: int) -> float:
+    """The EMA weight on the old average at 1-based step `step`: ema_decay, warmed up as
+    min(decay, (1 + t)/(10 + t)) with t = step − 1 (TF's ExponentialMovingAverage num_updates,
+    the verified driver's rule: a constant 0.9999 would still hold the init weights after a
+    short run)."""
+    t = step - 1
+    return min(cfg.ema_decay, (1.0 + t) / (10.0 + t))
+
+
+def hyperparams(a: Abi, cfg, lr: float, step: int) -> list[float]:
+    """The hp vector for optimizer step `step` (1-based), in `a.hp` order.  With k-step
+    accumulation, bn_momentum is compensated to bn_momentum^(1/k): the running statistics see
+    k micro-batches per optimizer step, and k updates of m^(1/k) weigh the old estimate as one
+    update of m would."""
+    vals = {"lr": lr, "weight_decay": cfg.weight_decay, "t": float(step),
+            "bn_momentum": cfg.bn_momentum ** (1.0 / a.accum), "grad_clip_norm": cfg.grad_clip_norm,
+            "head_lr_mult": cfg.head_lr_mult, "ema_decay": ema_decay(cfg, step), "grad_scale": 1.0 / (a.accum * a.world)}
+    if a.loss is not None:
+        vals.update(a.loss.hp_values(cfg))
+    for o in a.used:
+        vals.update({f"{o.name}.{h}": v for h, v in o.hp_values(cfg).items()})
+    return [float(vals[h]) for h in a.hp]
+
+
+def hp_ssa(name: str) -> str:
+    return "%hp_" + name.replace(".", "_")
+
+
+def _loc(net: TypedNet, layer: int) -> str:
+    if layer < 0:
+        return ""
+    entry = net.spec.layers[layer]
+    l = entry.loc
+    return f' loc("layers[{layer}].{entry.kind}"("{l.file}":{l.line}:{l.col}))'
+
+
+class _Emitter:
+    def __init__(self, net: TypedNet):
+        self.net = net
+        self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
+        # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision;
+        # the standard convs' too with bf16_conv)
+        self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
+        self.bf16_conv = bool(self.bf16 and net.spec.train.bf16_conv)
+        self.funcs: dict[str, str] = {}      # symbol → text, emitted once each
+        self.placed: dict[int, tuple] = {}   # id(graph) → _placed's (graph, output)
+        self.lines: list[str] = []
+        self.n = 0
+
+    def fresh(self, base: str) -> str:
+        self.n += 1
+        return f"%{base}{self.n}"
+
+    def add_funcs(self, key: str, text: str):
+        if key not in self.funcs:
+            self.funcs[key] = text
+
+    def call(self, sym: str, args: list[tuple[str, str]], results: list[str], loc: str = "") -> list[str]:
+        """Emit a func.call; returns SSA names of the results."""
+        base = self.fresh("r")
+        argv = ", ".join(a for a, _ in args)
+        argt = ", ".join(t for _, t in args)
+        rest = ", ".join(results)
+        if len(results) == 1:
+            self.lines.append(f"    {base} = func.call @{sym}({argv}) : ({argt}) -> {rest}{loc}")
+            return [base]
+        self.lines.append(f"    {base}:{len(results)} = func.call @{sym}({argv}) : ({argt}) -> ({rest}){loc}")
+        return [f"{base}#{i}" for i in range(len(results))]
+
+
+def unsupported(net: TypedNet, functions: str = "all") -> list:
+    """Everything in a valid spec that `lower(net, functions)` refuses, as located errors (all
+    of them, not just the first): layers with no lowering yet and, for @train_step, the loss and
+    optimizer.  The one definition of "what will not render": lower() raises the first item,
+    `lmc validate` prints each as a warning, `lmc train` checks them before loading any data."""
+    errs = []
+    for l in net.layers:
+        if not l.lowered:
+            errs.append(NotImplementedKind(
+                f"not implemented yet: {l.kind} (layer {l.index}): `lmc info` counts it, but it is not lowered "
+                f"to StableHLO, so lmc render, compile and train refuse it", l.loc,
+                hint="`lmc layers` lists the kinds that lower"))
+    cfg = net.spec.train
+    if functions in ("all", "train_step", "input_grad") and cfg is not None:
+        try:
+            abi(net)               # asks the loss and optimizer registries; errors come located
+        except NotImplementedKind as e:
+            errs.append(e)
+        # any other error (a SpecError: head_lr_mult without a dense head, an optimizer with no
+        # tensor to act on) means the recipe does not fit the net: the spec is invalid, and
+        # `lmc validate` must fail on it too, so it propagates
+    return errs
+
+
+def lower(net: TypedNet, functions: str = "all", backend: str | None = None, world: int = 1) -> str:
+    """Render the module.  functions: train_step (the training functions: @train_step, or
+    @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
+    backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
+    `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS).
+    world > 1 (data-parallel ranks): @grad_step + @apply_step even without accumulation, the
+    update scaled by 1/(k·world) — the host sums the ranks' accumulators in between."""
+    if functions in ("all", "train_step", "input_grad"):
+        check_recipe_fits(net)
+    errs = unsupported(net, functions)
+    if errs:
+        raise errs[0]
+    em = _Emitter(net)
+    bodies = []
+    if functions in ("all", "train_step"):
+        if net.spec.train is None:
+            raise SpecError("rendering @train_step needs a `train:` recipe in the spec", net.spec.layers[0].loc)
+        a = abi(net, world)
+        tnet = train_net(net)      # train.train_res: the same weights at the training resolution
+        if not a.split:
+            bodies.append(_train_step(tnet, em, a))
+        else:
+            bodies += [_grad_step(tnet, em, a), _apply_step(net, em, a)]
+        if net.spec.train.use_swa:
+            bodies.append(_average(net, em, a))
+        if net.spec.train.spectral_cap > 0:
+            bodies.append(_spectral_project(net, em))
+    if functions == "input_grad":
+        if net.spec.train is None:
+            raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
+        bodies.append(_input_grad(net, em, abi(net)))
+    if functions in ("all", "forward", "input_grad"):
+        bodies.append(_forward(net, em))
+    out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
+    if _packed_matmuls(net):
+        out.append(PACKED)          # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
+    out.append("module @model {")
+    out += [em.funcs[k] for k in em.funcs]
+    out += bodies
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _packed_matmuls(net: TypedNet) -> bool:
+    """Whether packing pays on llvm-cpu (benchmarks/NOTES.md, "Packed matmuls"): it does for dense
+    layers and for convs of 64+ channels or small maps (mnist_mlp −6% CPU, −21% on AVX2; resnet18
+    @32² −12%), and costs where a conv of ≤ 64 channels runs on a 28×28 or larger map — the
+    skinny matmul's big patch matrix is repacked every step (mnist_cnn +17%, cifar_cnn_bn +6%).
+    LMC_PACKED=on|off overrides (A/B)."""
+    force = switch("LMC_PACKED", ("auto", "on", "off"), "auto")
+    if force != "auto":
+        return force == "on"
+    for n in net.graph.nodes:
+        if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]):
+            _, o, oh, ow = n.out.type.dims
+            if o <= 64 and oh * ow >= 28 * 28:
+                return False
+    return True
+
+
+# Alternative spellings of a primitive (same math, same contract, both oracle-tested).
+# Every backend gets the matmul form of conv by default: it compiles in seconds for cuda and
+# rocm too (resnet18 train step: 16 s for sm_86 at batch 8), while IREE 3.13's GPU codegen
+# for stablehlo.convolution took > 15 minutes on resnet18 for cuda.  `LMC_CONV_FORM=direct`
+# selects the stablehlo.convolution form (lmc/prims/conv_direct.py).
+_FORMS = {"matmul": {}, "direct": {"conv": "conv_direct"}}
+
+
+def _conv_form() -> dict:
+    return _FORMS[switch("LMC_CONV_FORM", tuple(_FORMS), "matmul")]
+
+
+def _bf16(node: Node, conv: bool) -> bool:
+    """Whether the node's matmuls take bf16 operands: its primitive's `mixed_precision`, the
+    node's own `mixed` (the patch embed), or under train.bf16_conv its `bf16_conv` form (conv's
+    matmuls; Prim.bf16_conv)."""
+    p = node.prim
+    return p.mixed_precision or node.mixed or \
+        (conv and p.bf16_conv([v.type for v in node.inputs], [q.type for q in node.params]))
+
+
+# train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
+# bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
+# Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
+_BF16_FORMS = ("emulated", "convert")
+
+
+def _bf16_form() -> str:
+    return switch("LMC_BF16_FORM", _BF16_FORMS, "convert")
+
+
+def _prim_for(node: Node, forms: dict):
+    alt = forms.get(node.prim.name)
+    if alt:
+        return make_prim(alt, **node.prim.attrs)
+    return node.prim
+
+
+def _placed(net: TypedNet, em: _Emitter):
+    """(graph, output) with the lowering's spellings and activation layouts (lmc/layout.py):
+    what the forward and reverse walks visit."""
+    key = id(net.graph)
+    if key not in em.placed:
+        em.placed[key] = place(net.graph, net.output, lambda n: _prim_for(n, em.forms))
+    return em.placed[key]
+
+
+def _rendered(em: _Emitter, node: Node):
+    prim = node.prim
+    extra = {"bf16": _bf16_form()} if em.bf16 and _bf16(node, em.bf16_conv) else None
+    r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
+    em.add_funcs(r.fwd, r.text)
+    return r
+
+
+def _forward(net: TypedNet, em: _Emitter) -> str:
+    em.lines = []
+    g, out = _placed(net, em)
+    pname = {p.name: f"%p{i}" for i, p in enumerate(g.params)}
+    sname = {s.name: f"%s{i}" for i, s in enumerate(g.state)}
+    args = [f"{pname[p.name]}: {p.type.mlir}" for p in g.params] + \
+           [f"{sname[s.name]}: {s.type.mlir}" for s in g.state] + [f"%x: {net.input.mlir}"]
+    val = {g.x.id: "%x", **_ones(em, g.masks)}
+    for node in g.nodes:
+        r = _rendered(em, node)
+        ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(pname[p.name], p.type.mlir) for p in node.params]
+        loc = _loc(net, node.layer)
+        if r.eval:
+            res = em.call(r.eval, ins + [(sname[s.name], s.type.mlir) for s in node.state], [node.out.type.mlir], loc)
+        else:
+            outs = [node.out.type.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
+            res = em.call(r.fwd, ins, outs, loc)
+        val[node.out.id] = res[0]
+    body = "\n".join(em.lines)
+    return (f"  func.func @forward({', '.join(args)}) -> {out.type.mlir} {{\n{body}\n"
+            f"    return {val[out.id]} : {out.type.mlir}\n  }}")
+
+
+class _Names:
+    """SSA names of the ABI groups in one function."""
+
+    def __init__(self, net, a: Abi):
+        self.p = {p.name: f"%p{i}" for i, p in enumerate(a.params)}
+        self.o = {(slot, p.name): f"%o{j}" for j, (slot, p) in enumerate(a.opt)}
+        self.e = {p.name: f"%e{i}" for i, p in enumerate(a.ema)}
+        self.s = {s.name: f"%s{i}" for i, s in enumerate(a.state)}
+        self.g = {p.name: f"%g{i}" for i, p in enumerate(a.params)}
+
+    def args(self, a: Abi, groups: str) -> list[str]:
+        """Arguments for the groups in order: P, O, E, S, G."""
+        out = []
+        for grp in groups:
+            if grp == "P":
+                out += [f"{self.p[p.name]}: {p.type.mlir}" for p in a.params]
+            elif grp == "O":
+                out += [f"{self.o[(slot, p.name)]}: {p.type.mlir}" for slot, p in a.opt]
+            elif grp == "E":
+                out += [f"{self.e[p.name]}: {p.type.mlir}" for p in a.ema]
+            elif grp == "S":
+                out += [f"{self.s[s.name]}: {s.type.mlir}" for s in a.state]
+            elif grp == "G":
+                out += [f"{self.g[p.name]}: {p.type.mlir}" for p in a.params]
+        return out
+
+
+def _hp_arg(em: _Emitter, a: Abi) -> str:
+    """The hp vector argument; its entries sliced into named scalars (hp_ssa)."""
+    n = len(a.hp)
+    for i, h in enumerate(a.hp):
+        v = hp_ssa(h)
+        em.lines.append(f"    {v}_1 = stablehlo.slice %hp [{i}:{i + 1}] : (tensor<{n}xf32>) -> tensor<1xf32>")
+        em.lines.append(f"    {v} = stablehlo.reshape {v}_1 : (tensor<1xf32>) -> tensor<f32>")
+    return f"%hp: tensor<{n}xf32>"
+
+
+def _func(name: str, args: list[str], em: _Emitter, rets: list[tuple[str, str]]) -> str:
+    body = "\n".join(em.lines)
+    return (f"  func.func @{name}({', '.join(args)}) -> ({', '.join(t for _, t in rets)}) {{\n{body}\n"
+            f"    return {', '.join(v for v, _ in rets)} : {', '.join(t for _, t in rets)}\n  }}")
+
+
+def _template(em: _Emitter, path: str, kind: str, ctx: dict, what: str) -> str:
+    """Render a (non-primitive) template once per context; returns its symbol."""
+    ctx = dict(ctx)
+    sym = f"{kind}_{sig(kind, ctx)}"
+    ctx["name"] = sym
+    em.add_funcs(sym, render_template(path, ctx, what))
+    return sym
+
+
+def _ones(em: _Emitter, masks) -> dict:
+    """Value id → an all-ones constant for each mask (eval: dropout and drop path are the identity)."""
+    out = {}
+    for i, m in enumerate(masks):
+        v = f"%ones_m{i}"
+        em.lines.append(f"    {v} = stablehlo.constant dense<1.0> : {m.value.type.mlir}")
+        out[m.value.id] = v
+    return out
+
+
+def _mask_args(a: Abi) -> list[str]:
+    return [f"%m{i}: {m.value.type.mlir}" for i, m in enumerate(a.masks)]
+
+
+def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = None):
+    """Forward, loss, reverse walk and running statistics.  Returns (grads: param name → SSA,
+    new state: state name → SSA, (loss, correct)); with `dx` a list, the cotangents reaching
+    the network input are appended to it (else the first layers' dx are dropped).  The masks
+    are the function's %m arguments, except under `dx` (@input_grad: all ones, the eval net)."""
+    g, out = _placed(net, em)
+    masks = _ones(em, g.masks) if dx is not None else {m.value.id: f"%m{i}" for i, m in enumerate(g.masks)}
+    val = {g.x.id: "%x", **masks}
+    saved, stats = {}, {}
+    for node in g.nodes:
+        r = _rendered(em, node)
+        ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(N.p[p.name], p.type.mlir) for p in node.params]
+        outs = [node.out.type.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
+        res = em.call(r.fwd, ins, outs, _loc(net, node.layer))
+        val[node.out.id] = res[0]
+        saved[id(node)] = list(zip(res[1:1 + len(r.saved)], r.saved))
+        stats[id(node)] = list(zip(res[1 + len(r.saved):], r.stats))
+    # loss: (logits, labels, hp...) -> (loss, dlogits, correct)
+    loss = a.loss
+    lctx = {"logits": a.logits.mlir, "labels": a.labels.mlir, **loss.context(a.logits, a.labels)}
+    lsym = _template(em, f"losses/{loss.name}.mlir.j2", loss.name, lctx, f"loss {loss.name}")
+    lres = em.call(lsym, [(val[out.id], out.type.mlir), ("%labels", a.labels.mlir)] +
+                   [(hp_ssa(h), SCALAR) for h in loss.hp], [SCALAR, out.type.mlir, SCALAR])
+    # backward: reverse walk, summing cotangents where a value fans out
+    cot: dict[int, list[str]] = {out.id: [lres[1]]}
+    grads: dict[str, list[str]] = {}
+    for node in reversed(g.nodes):
+        if node.out.id not in cot:
+            continue
+        dy = _sum(em, cot.pop(node.out.id), node.out.type.mlir)
+        r = _rendered(em, node)
+        args_b = [(dy, node.out.type.mlir)] + [(s, t.mlir) for s, t in saved[id(node)]] + \
+                 [(N.p[p.name], p.type.mlir) for p in node.params]
+        outs = [v.type.mlir for v in node.inputs] + [p.type.mlir for p in node.params]
+        res = em.call(r.bwd, args_b, outs, _loc(net, node.layer))
+        for k, (v, d) in enumerate(zip(node.inputs, res)):
+            if v.node is not None:
+                cot.setdefault(v.id, []).append(d)
+            elif dx is not None and v is g.x and node.prim.inputs[min(k, len(node.prim.inputs) - 1)] not in \
+                    node.prim.constant_inputs:  # the network input (the train step drops it; masks have none)
+                dx.append(d)
+        for p, d in zip(node.params, res[len(node.inputs):]):
+            grads.setdefault(p.name, []).append(d)
+    gsum = {p.name: (_sum(em, grads[p.name], p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
+            for p in a.params}
+    # running statistics: running = m·running + (1 − m)·batch (m = bn_momentum, weight on OLD)
+    new_s = {}
+    for node in g.nodes:
+        for s, (b, t) in zip(node.state, stats.get(id(node), [])):
+            esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": t.mlir}, "running statistics")
+            new_s[s.name] = em.call(esym, [(N.s[s.name], t.mlir), (b, t.mlir), (hp_ssa("bn_momentum"), SCALAR)],
+                                    [t.mlir])[0]
+    return gsum, new_s, (lres[0], lres[2])
+
+
+def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
+    """Clip, then each tensor's optimizer update, then the EMA of the new weights.
+    Returns (new params, new optimizer state, new EMA), each keyed like N."""
+    cfg = net.spec.train
+    if cfg.grad_clip_norm > 0:
+        # global L2 norm over every gradient (optimizers.md §3.5, the full set as the JAX reference)
+        types = [p.type.mlir for p in a.params]
+        csym = _template(em, "optim/grad_clip.mlir.j2", "grad_clip", {"types": types, "axes": [", ".join(str(d) for d in range(p.type.rank)) for p in a.params]},
+                         "grad_clip_norm")
+        res = em.call(csym, [(grads[p.name], p.type.mlir) for p in a.params] +
+                      [(hp_ssa("grad_clip_norm"), SCALAR)], types)
+        grads = {p.name: r for p, r in zip(a.params, res)}
+    lr_head = None
+    if a.head:
+        lr_head = em.fresh("lr_head")
+        em.lines.append(f"    {lr_head} = stablehlo.multiply {hp_ssa('lr')}, {hp_ssa('head_lr_mult')} : tensor<f32>")
+    new_p, new_o = {}, {}
+    for p in a.params:
+        o = a.optimizers[p.name]
+        octx = {"p": p.type.mlir, "decay": a.decay(p.name), **o.context(p)}
+        osym = _template(em, f"optim/{o.name}.mlir.j2", o.name, octx, f"optimizer {o.name}")
+        st = [(N.o[(slot, p.name)], p.type.mlir) for slot in o.slots]
+        lr = lr_head if p.name in a.head else hp_ssa("lr")
+        hp = [(lr, SCALAR), (hp_ssa("weight_decay"), SCALAR)] + \
+             [(hp_ssa(h if h in GLOBAL_HP else f"{o.name}.{h}"), SCALAR) for h in o.hp]
+        res = em.call(osym, [(N.p[p.name], p.type.mlir), (grads[p.name], p.type.mlir)] + st + hp,
+                      [p.type.mlir] * (1 + len(o.slots)))
+        new_p[p.name] = res[0]
+        for slot, rr in zip(o.slots, res[1:]):
+            new_o[(slot, p.name)] = rr
+    new_e = {}
+    for p in a.ema:
+        esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": p.type.mlir}, "use_ema")
+        new_e[p.name] = em.call(esym, [(N.e[p.name], p.type.mlir), (new_p[p.name], p.type.mlir),
+                                       (hp_ssa("ema_decay"), SCALAR)], [p.type.mlir])[0]
+    return new_p, new_o, new_e
+
+
+def _rets_poe(a: Abi, new_p, new_o, new_e) -> list[tuple[str, str]]:
+    rets = [(new_p[p.name], p.type.mlir) for p in a.params]
+    rets += [(new_o[(slot, p.name)], p.type.mlir) for slot, p in a.opt]
+    rets += [(new_e[p.name], p.type.mlir) for p in a.ema]
+    return rets
+
+
+def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "POES") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
+    grads, new_s, (loss, correct) = _grads(net, em, a, N)
+    new_p, new_o, new_e = _update(net, em, a, N, grads)
+    rets = _rets_poe(a, new_p, new_o, new_e)
+    rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
+    rets += [(loss, SCALAR), (correct, SCALAR)]
+    # new state tensors written over their arguments where every read is ordered first (inplace.py)
+    n = len(N.args(a, "POES"))
+    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n)], em.funcs)
+    return _func("train_step", args, em, rets)
+
+
+def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """The loss and its gradient with respect to the input x: the train step's forward, loss and
+    reverse walk, summed where x fans out; parameter gradients and running statistics are
+    computed in the walk but returned by no one (the compiler drops them)."""
+    em.lines = []
+    N = _Names(net, a)
+    t = net.input.mlir             # the eval resolution (a.x is the training one under train_res)
+    args = N.args(a, "PS") + [f"%x: {t}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)]
+    dxs: list[str] = []
+    _, _, (loss, _) = _grads(net, em, a, N, dx=dxs)
+    if not dxs:
+        raise SpecError("@input_grad: no primitive passes a gradient back to the input (token ids are "
+                        "looked up, not differentiated)", net.spec.layers[0].loc)
+    d = _sum(em, dxs, t)
+    return _func("input_grad", args, em, [(loss, SCALAR), (d, t)])
+
+
+def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """One micro-batch: forward + backward, the gradient added into the accumulators G."""
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
+    grads, new_s, (loss, correct) = _grads(net, em, a, N)
+    rets = []
+    for p in a.params:
+        acc = em.fresh("acc")
+        em.lines.append(f"    {acc} = stablehlo.add {N.g[p.name]}, {grads[p.name]} : {p.type.mlir}")
+        rets.append((acc, p.type.mlir))
+    rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
+    rets += [(loss, SCALAR), (correct, SCALAR)]
+    # S' over S (args P, S, G; results G', S').  G' gets a fresh buffer: the G a cycle starts
+    # from is @apply_step's zeros, a constant IREE may hand out shared and read-only
+    nP, nS = len(a.params), len(a.state)
+    args = inplace.tie(args, em.lines, rets, [(nP + i, nP + i) for i in range(nS)], em.funcs)
+    return _func("grad_step", args, em, rets)
+
+
+def _apply_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """The optimizer update from the accumulated gradients (scaled by grad_scale = 1/(k·world): the
+    mean over the k micro-batches), and the accumulators zeroed for the next cycle."""
+    em.lines = []
+    N = _Names(net, a)
+    args = N.args(a, "POEG") + [_hp_arg(em, a)]
+    grads = {}
+    for p in a.params:
+        t = p.type.mlir
+        sb, gs = em.fresh("scale"), em.fresh("gmean")
+        em.lines.append(f"    {sb} = stablehlo.broadcast_in_dim {hp_ssa('grad_scale')}, dims = [] : (tensor<f32>) -> {t}")
+        em.lines.append(f"    {gs} = stablehlo.multiply {N.g[p.name]}, {sb} : {t}")
+        grads[p.name] = gs
+    new_p, new_o, new_e = _update(net, em, a, N, grads)
+    rets = _rets_poe(a, new_p, new_o, new_e) + [(_zeros(em, p.type.mlir), p.type.mlir) for p in a.params]
+    # P', O', E' over their arguments (G stays: its zeros would be written while G is read)
+    n = len(N.args(a, "POE"))
+    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n + len(a.params))], em.funcs)
+    return _func("apply_step", args, em, rets)
+
+
+def _average(net: TypedNet, em: _Emitter, a: Abi) -> str:
+    """SWA's running mean A (and SWAG's running mean of squares Q): X ← X + w·(value − X)."""
+    em.lines = []
+    swag = net.spec.train.use_swag
+    ps = a.params
+    args = [f"%a{i}: {p.type.mlir}" for i, p in enumerate(ps)]
+    if swag:
+        args += [f"%q{i}: {p.type.mlir}" for i, p in enumerate(ps)]
+    args += [f"%p{i}: {p.type.mlir}" for i, p in enumerate(ps)] + ["%w: tensor<f32>"]
+    rets_a, rets_q = [], []
+    for i, p in enumerate(ps):
+        t = p.type.mlir
+        sym = _template(em, "optim/average.mlir.j2", "average", {"p": t, "sq": swag}, "use_swa")
+        if swag:
+            r = em.call(sym, [(f"%a{i}", t), (f"%q{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t, t])
+            rets_a.append((r[0], t))
+            rets_q.append((r[1], t))
+        else:
+            rets_a.append((em.call(sym, [(f"%a{i}", t), (f"%p{i}", t), ("%w", SCALAR)], [t])[0], t))
+    return _func("average", args, em, rets_a + rets_q)
+
+
+def _spectral_project(net: TypedNet, em: _Emitter) -> str:
+    """train.spectral_cap: each capped weight projected by templates/trust/spectral.mlir.j2."""
+    em.lines = []
+    caps = capped(net)
+    args = [f"%w{i}: {c.param.type.mlir}" for i, c in enumerate(caps)] + \
+           [f"%u{i}: {c.u_type.mlir}" for i, c in enumerate(caps)] + ["%cap: tensor<f32>"]
+    rets_w, rets_u = [], []
+    for i, c in enumerate(caps):
+        t, ut = c.param.type.mlir, c.u_type.mlir
+        sym = _template(em, "trust/spectral.mlir.j2", "spectral", context(c), "train.spectral_cap")
+        r = em.call(sym, [(f"%w{i}", t), (f"%u{i}", ut), ("%cap", SCALAR)], [t, ut])
+        rets_w.append((r[0], t))
+        rets_u.append((r[1], ut))
+    return _func("spectral_project", args, em, rets_w + rets_u)
+
+
+def _sum(em: _Emitter, vals: list[str], t: str) -> str:
+    acc = vals[0]
+    for v in vals[1:]:
+        n = em.fresh("acc")
+        em.lines.append(f"    {n} = stablehlo.add {acc}, {v} : {t}")
+        acc = n
+    return acc
+
+
+def _zeros(em: _Emitter, t: str) -> str:
+    n = em.fresh("zero")
+    em.lines.append(f"    {n} = stablehlo.constant dense<0.0> : {t}")
+    return n
+
+
+def prim_test_module(prim, ins: list[TensorType], ps: list[TensorType]) -> str:
+    """A module exposing one primitive for the oracle tests:
+    @forward(ins..., ps...) -> y ;  @vjp(dy, ins..., ps...) -> (d_ins..., d_ps...);
+    for primitives with batch statistics, @stats(ins..., ps...) -> (stats...); and for those
+    with an eval function (batch norm), @eval(ins..., ps..., state...) -> y.
+    Its functions take and return NCHW whatever the primitive's layout: an HBWC form
+    (prim.layout) gets its 4-D inputs, output and cotangents transposed at the edges."""
+    out, _ = prim.infer(ins, ps)
+    pins, pout = [physical(t, prim.layout) for t in ins], physical(out, prim.out_layout)
+    r = render_prim(prim, pins, ps, pout)
+    a = [f"%i{k}: {t.mlir}" for k, t in enumerate(ins)] + [f"%q{k}: {t.mlir}" for k, t in enumerate(ps)]
+
+    def moved(lines, v, name, src, dst, perm):
+        """v (type src) as type dst: a transpose appended to lines as `name`, or v itself."""
+        if src == dst:
+            return v
+        lines.append(f"    {name} = stablehlo.transpose {v}, dims = {list(perm)} : ({src.mlir}) -> {dst.mlir}")
+        return name
+    edge = []           # the inputs in the primitive's layout
+    names = [moved(edge, f"%i{k}", f"%ip{k}", t, pt, TO_HBWC) for k, (t, pt) in enumerate(zip(ins, pins))] + \
+            [f"%q{k}" for k in range(len(ps))]
+    types = [t.mlir for t in pins] + [t.mlir for t in ps]
+    fouts = [pout.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]
+    call_f = (f"    %f:{len(fouts)} = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> ({', '.join(fouts)})"
+              if len(fouts) > 1 else
+              f"    %f0 = func.call @{r.fwd}({', '.join(names)}) : ({', '.join(types)}) -> {pout.mlir}")
+    y_edge, dy_edge = [], []
+    y = moved(y_edge, "%f#0" if len(fouts) > 1 else "%f0", "%yl", pout, out, TO_NCHW)
+    dy = moved(dy_edge, "%dy", "%dyp", out, pout, TO_HBWC)
+    saved = [f"%f#{1 + k}" for k in range(len(r.saved))]
+    bargs = [dy] + saved + [f"%q{k}" for k in range(len(ps))]
+    btypes = [pout.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in ps]
+    pbouts = [t.mlir for t in pins] + [t.mlir for t in ps]
+    bouts = [t.mlir for t in ins] + [t.mlir for t in ps]
+    nb = len(bouts)
+    call_b = (f"    %g:{nb} = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> ({', '.join(pbouts)})"
+              if nb > 1 else f"    %g0 = func.call @{r.bwd}({', '.join(bargs)}) : ({', '.join(btypes)}) -> {pbouts[0]}")
+    g_edge = []
+    gouts = [moved(g_edge, gv, f"%gl{k}", pt, t, TO_NCHW)
+             for k, (gv, t, pt) in enumerate(zip([f"%g#{k}" for k in range(nb)] if nb > 1 else ["%g0"],
+                                                 list(ins) + list(ps), list(pins) + list(ps)))]
+    statsf = []
+    if r.stats:
+        touts = [t.mlir for t in r.stats]
+        statsf = [f"  func.func @stats({', '.join(a)}) -> ({', '.join(touts)}) {{", *edge, call_f,
+                  f"    return {', '.join(f'%f#{1 + len(r.saved) + k}' for k in range(len(r.stats)))} : "
+                  f"{', '.join(touts)}", "  }"]
+    evalf = []
+    if r.eval:
+        state = prim.state(pins, ps, pout)
+        st = [f"%st{k}: {t.mlir}" for k, t in enumerate(state)]
+        enames = names + [f"%st{k}" for k in range(len(state))]
+        etypes = types + [t.mlir for t in state]
+        e_edge = []
+        e = moved(e_edge, "%e", "%el", pout, out, TO_NCHW)
+        evalf = [f"  func.func @eval({', '.join(a + st)}) -> {out.mlir} {{", *edge,
+                 f"    %e = func.call @{r.eval}({', '.join(enames)}) : ({', '.join(etypes)}) -> {pout.mlir}",
+                 *e_edge, f"    return {e} : {out.mlir}", "  }"]
+    return "\n".join([
+        "module @model {", r.text,
+        f"  func.func @forward({', '.join(a)}) -> {out.mlir} {{", *edge, call_f, *y_edge,
+        f"    return {y} : {out.mlir}", "  }",
+        f"  func.func @vjp(%dy: {out.mlir}, {', '.join(a)}) -> ({', '.join(bouts)}) {{", *edge, call_f, *dy_edge,
+        call_b, *g_edge, f"    return {', '.join(gouts)} : {', '.join(bouts)}", "  }", *statsf, *evalf, "}"]) + "\n"
+
+
+def optim_test_module(o, p, decay: bool) -> str:
+    """A module exposing one optimizer's update of one tensor for the tests:
+    @step(w, g, slots..., lr, wd, hp...) -> (w', slots'...), the template's own signature."""
+    t = p.type.mlir
+    ctx = {"p": t, "decay": decay, **o.context(p)}
+    sym = f"{o.name}_{sig(o.name, ctx)}"
+    text = render_template(f"optim/{o.name}.mlir.j2", {**ctx, "name": sym}, f"optimizer {o.name}")
+    args = [f"%w: {t}", f"%g: {t}"] + [f"%s{i}: {t}" for i in range(len(o.slots))] + \
+           [f"%h{i}: tensor<f32>" for i in range(2 + len(o.hp))]
+    names = ", ".join(a.split(":")[0] for a in args)
+    types = ", ".join(a.split(": ")[1] for a in args)
+    outs = ", ".join([t] * (1 + len(o.slots)))
+    n = 1 + len(o.slots)
+    res = "%r" if n == 1 else ", ".join(f"%r#{i}" for i in range(n))
+    call = f"%r = func.call @{sym}({names}) : ({types}) -> ({outs})" if n == 1 else \
+           f"%r:{n} = func.call @{sym}({names}) : ({types}) -> ({outs})"
+    return "\n".join(["module @model {", text, f"  func.func @step({', '.join(args)}) -> ({outs}) {{",
+                      f"    {call}", f"    return {res} : {outs}", "  }", "}"]) + "\n"

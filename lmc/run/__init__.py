@@ -1,0 +1,1 @@
+"""Running a compiled module: IREE runtime devices, checkpoints, the data-parallel transport."""

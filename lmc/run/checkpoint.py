@@ -1,0 +1,378 @@
+"""Checkpoints: save/restore a run, and read the files `--init` and the bootstrap fields accept.
+
+lmc checkpoint = one .npz (no pickles) holding
+  <param name>            every parameter, named as `lmc info --params` prints it, ABI order
+  opt.<slot>.<param name> optimizer state: each optimizer's slots (opt.m.*, opt.v.* for adam,
+                          opt.momentum.* for sgd+momentum, …; lmc.lower.Abi.opt is the layout)
+  <state name>            BN running statistics (…running_mean, …running_var)
+  <region>.<param name>   the averaged and accumulated weights the recipe keeps (REGIONS):
+                          ema.* (use_ema), swa.* and swa_sq.* (use_swa / use_swag),
+                          swag_dev.* ([K', *shape]: the last K' ≤ swag_k deviations θ − swa),
+                          grad_acc.* (grad_accum_steps > 1: the accumulators mid-cycle),
+                          spectral_u.* (spectral_cap: [taps, n] power-iteration vectors of the
+                          capped weights, lmc/trust/spectral.py)
+  __lmc__                 JSON metadata (a 0-d unicode array): format, net_hash, step, epoch,
+                          batch (the data position of the next step), seed, shuffle, …
+written atomically: a temp file in the same directory, fsync, os.replace, fsync of the directory.
+
+net_hash covers the net's structure only (parameter and state names and shapes), not the
+recipe, so a checkpoint can be fine-tuned with another lr or optimizer but never loaded into a
+different net: a mismatch is refused naming the first tensor that differs.
+
+`--init` also takes a bare .npz or .safetensors of tensors keyed by the same names, or the
+Lean kit's flat parameter file (.bin: raw little-endian float32, every parameter concatenated
+in ABI order, C order, no header; a `_bn_stats` companion next to it is used when its size is
+exact, as the reference does)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmc.core.errors import TrainError
+
+FORMAT = "lmc-checkpoint"
+VERSION = 1
+META_KEY = "__lmc__"
+
+
+def net_hash(net) -> str:
+    """Hash of parameter and state names and shapes in ABI order (not of the recipe)."""
+    layout = [[p.name, list(p.type.dims)] for p in net.params] + [[s.name, list(s.type.dims)] for s in net.state]
+    return hashlib.sha256(json.dumps(layout).encode()).hexdigest()[:16]
+
+
+def opt_key(slot: str, name: str) -> str:
+    return f"opt.{slot}.{name}"
+
+
+# per-parameter regions besides the live weights and the optimizer state
+REGIONS = ("ema", "swa", "swa_sq", "swag_dev", "grad_acc", "spectral_u")
+IGNORED_PREFIXES = ("opt.",) + tuple(f"{r}." for r in REGIONS)
+
+
+@dataclass
+class Checkpoint:
+    params: list[np.ndarray]
+    opt: list[np.ndarray]          # in Abi.opt order (slot-major)
+    state: list[np.ndarray]
+    meta: dict
+    regions: dict = None           # region → {param name: array} (REGIONS)
+
+
+# ------------------------------------------------------------------------------------ saving
+
+def save_checkpoint(path: Path, net, opt_keys, params, opt, state, meta: dict, regions: dict | None = None) -> Path:
+    """Write an lmc checkpoint atomically (a crash leaves the previous file intact).
+    opt_keys: [(slot, param name)] in the order of `opt` (lmc.lower.Abi.opt_keys)."""
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    for p, a in zip(net.params, params):
+        arrays[p.name] = a
+    for (slot, name), a in zip(opt_keys, opt):
+        arrays[opt_key(slot, name)] = a
+    for s, a in zip(net.state, state):
+        arrays[s.name] = a
+    for region, tensors in (regions or {}).items():
+        assert region in REGIONS, region
+        for name, a in tensors.items():
+            arrays[f"{region}.{name}"] = a
+    full = {"format": FORMAT, "version": VERSION, "net_hash": net_hash(net), "opt": [list(k) for k in opt_keys],
+            "regions": sorted(regions or {}),
+            "params": [p.name for p in net.params], "state": [s.name for s in net.state], **meta}
+    arrays[META_KEY] = np.array(json.dumps(full, sort_keys=True))
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+    return path
+
+
+def atomic_write(path: Path, write) -> None:
+    """write(f) into a temp file next to `path`, fsync it, rename over `path`, fsync the dir."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:          # some filesystems cannot fsync a directory; the rename is still atomic
+        pass
+
+
+# ------------------------------------------------------------------------------------ reading
+
+def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
+    """Named tensors and the lmc metadata (None for a bare file) of a .npz or .safetensors."""
+    path = Path(path)
+    if not path.is_file():
+        raise TrainError(f"no such checkpoint file: {path}")
+    if path.suffix == ".safetensors":
+        tensors, meta = _read_safetensors(path)
+    elif path.suffix == ".npz":
+        import zipfile
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                tensors = {k: f[k] for k in f.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+            raise TrainError(f"{path}: not a readable .npz file ({e})") from None
+        meta = None
+        if META_KEY in tensors:
+            try:
+                meta = json.loads(str(tensors.pop(META_KEY)))
+            except ValueError:
+                raise TrainError(f"{path}: its {META_KEY} entry is not JSON") from None
+    else:
+        raise TrainError(f"{path}: unknown checkpoint format {path.suffix or '(no suffix)'!r}",
+                         hint="expected .npz (lmc checkpoints, named tensors), .safetensors or .bin (flat float32)")
+    if meta is not None and meta.get("format") != FORMAT:
+        meta = None
+    return tensors, meta
+
+
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
+    """safetensors: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+    then the data.  F32, F64, F16 and BF16 are read (BF16 widened exactly to F32)."""
+    raw = path.read_bytes()
+    try:
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + n])
+    except (struct.error, ValueError):
+        raise TrainError(f"{path}: not a safetensors file (unreadable header)") from None
+    data = memoryview(raw)[8 + n:]
+    meta_raw = header.pop("__metadata__", None) or {}
+    out = {}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        buf = bytes(data[b:e])
+        shape = tuple(info["shape"])
+        if info["dtype"] == "BF16":
+            a = (np.frombuffer(buf, "<u2").astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] in _ST_DTYPES:
+            a = np.frombuffer(buf, np.dtype(_ST_DTYPES[info["dtype"]]).newbyteorder("<"))
+        else:
+            raise TrainError(f"{path}: tensor {name!r} has dtype {info['dtype']}; expected a float type")
+        out[name] = a.reshape(shape)
+    meta = None
+    if META_KEY in meta_raw:
+        try:
+            meta = json.loads(meta_raw[META_KEY])
+        except ValueError:
+            meta = None
+    return out, meta
+
+
+def check_layout(tensors: dict[str, np.ndarray], expected: list[tuple[str, tuple]], path,
+                 optional: set[str] = frozenset(), ignore_prefix: tuple = IGNORED_PREFIXES) -> None:
+    """Refuse a file whose tensors are not exactly `expected` (name → shape), naming the first
+    tensor that differs: missing, shaped differently, or extra (a different net)."""
+    for name, dims in expected:
+        if name not in tensors:
+            if name in optional:
+                continue
+            raise TrainError(f"{path} does not match the spec: it has no tensor '{name}' {list(dims)}",
+                             hint="was it saved from another spec? `lmc info --params SPEC` lists the expected names")
+        have = tuple(tensors[name].shape)
+        if have != tuple(dims):
+            raise TrainError(f"{path} does not match the spec: tensor '{name}' has shape {list(have)} there "
+                             f"but {list(dims)} in the spec", hint="a checkpoint only loads into the net it was saved from")
+        if not np.issubdtype(tensors[name].dtype, np.floating):
+            raise TrainError(f"{path}: tensor '{name}' has dtype {tensors[name].dtype}; expected float32")
+    names = {n for n, _ in expected}
+    for name in tensors:
+        if name not in names and not name.startswith(ignore_prefix):
+            raise TrainError(f"{path} does not match the spec: it has a tensor '{name}' {list(tensors[name].shape)} "
+                             f"that the spec does not", hint="a checkpoint only loads into the net it was saved from")
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def load_checkpoint(path: Path, net, opt_keys, regions=()) -> Checkpoint:
+    """A whole lmc checkpoint for --resume: params, optimizer state (opt_keys: [(slot, param
+    name)], lmc.lower.Abi.opt_keys), BN state, the `regions` the recipe keeps, position."""
+    tensors, meta = read_tensors(path)
+    if meta is None:
+        raise TrainError(f"{path} is not an lmc checkpoint (no {META_KEY} metadata)")
+    expected = [(p.name, p.type.dims) for p in net.params] + [(s.name, s.type.dims) for s in net.state]
+    check_layout(tensors, expected, path)
+    if meta.get("net_hash") != net_hash(net):      # names and shapes matched, so this is the order
+        raise TrainError(f"{path} was saved from a net with the same tensors in another order "
+                         f"(hash {meta.get('net_hash')} vs {net_hash(net)})")
+    have = [tuple(k) for k in meta.get("opt", [])]
+    if have != [tuple(k) for k in opt_keys]:
+        slots = sorted({s for s, _ in have}) or "none"
+        want = sorted({s for s, _ in opt_keys}) or "none"
+        raise TrainError(f"{path} holds optimizer state {slots} for {len(have)} tensors but the spec's "
+                         f"optimizer needs {want} for {len(opt_keys)}",
+                         hint="to change the optimizer, start a new run with --init CHECKPOINT")
+    opt = []
+    for slot, name in opt_keys:
+        k = opt_key(slot, name)
+        dims = next(p.type.dims for p in net.params if p.name == name)
+        if k not in tensors or tensors[k].shape != dims:
+            raise TrainError(f"{path} does not match the spec: optimizer tensor '{k}' is missing or misshaped")
+        opt.append(_f32(tensors[k]))
+    got = {}
+    for region in regions:
+        if region not in meta.get("regions", []):
+            raise TrainError(f"{path} has no {region} weights, which this recipe keeps",
+                             hint="resume with the recipe the run was started with")
+        got[region] = {p.name: _f32(tensors[f"{region}.{p.name}"]) for p in net.params
+                       if f"{region}.{p.name}" in tensors}
+    return Checkpoint([_f32(tensors[p.name]) for p in net.params], opt,
+                      [_f32(tensors[s.name]) for s in net.state], meta, got)
+
+
+@dataclass
+class InitTensors:
+    params: list[np.ndarray]
+    state: list[np.ndarray] | None      # None: the file has no BN statistics (keep the init's)
+    what: str                           # for the "initialized from …" line
+
+
+def load_init(path: Path, net) -> InitTensors:
+    """Parameters (and BN statistics when present) for --init: an lmc checkpoint, a bare
+    .npz/.safetensors of named tensors, or a flat .bin.  The optimizer state is not loaded."""
+    path = Path(path)
+    if path.suffix == ".bin":
+        return _load_bin(path, net)
+    tensors, meta = read_tensors(path)
+    expected = [(p.name, p.type.dims) for p in net.params] + [(s.name, s.type.dims) for s in net.state]
+    state_names = {s.name for s in net.state}
+    if meta is not None:
+        check_layout(tensors, expected, path)
+        state = [_f32(tensors[s.name]) for s in net.state]
+        what = f"lmc checkpoint (step {meta.get('step', '?')})"
+    else:
+        check_layout(tensors, expected, path, optional=state_names)
+        have = [s.name for s in net.state if s.name in tensors]
+        if have and len(have) != len(net.state):
+            missing = next(s.name for s in net.state if s.name not in tensors)
+            raise TrainError(f"{path} has some BN statistics but not '{missing}'")
+        state = [_f32(tensors[s.name]) for s in net.state] if have else None
+        what = f"{len(tensors)} named tensors"
+    return InitTensors([_f32(tensors[p.name]) for p in net.params], state, what)
+
+
+def load_region(path: Path, net, region: str, tensors=None, meta=None) -> list[np.ndarray]:
+    """One averaged-weights region (ema, swa, swa_sq, swag_dev) of an lmc checkpoint, in
+    `lmc info --params` order; refused naming what the file has when it lacks it.  `tensors`
+    and `meta` (read_tensors' result) spare reading the file again."""
+    if tensors is None:
+        tensors, meta = read_tensors(path)
+    have = (meta or {}).get("regions", [])
+    if region not in have:
+        raise TrainError(f"{path} has no {region} weights (it holds: live{''.join(', ' + r for r in have)})",
+                         hint="--region live scores the trained weights; ema/swa exist when the run used "
+                              "use_ema / use_swa")
+    return [_f32(tensors[f"{region}.{p.name}"]) for p in net.params]
+
+
+def read_flat(path: Path, what: str) -> np.ndarray:
+    path = Path(path)
+    if not path.is_file():
+        raise TrainError(f"{what}: no such file: {path}")
+    size = path.stat().st_size
+    if size % 4:
+        raise TrainError(f"{what}: {path} has {size:,} bytes, not a whole number of float32 values")
+    return np.fromfile(path, dtype="<f4")
+
+
+def bn_companion(path: Path) -> Path:
+    """The reference's BN-statistics file next to a flat parameter file."""
+    name = path.name
+    if "_params" in name:
+        return path.with_name(name.replace("_params", "_bn_stats", 1))
+    return path.with_name(path.stem + "_bn_stats" + path.suffix)
+
+
+def _load_bin(path: Path, net) -> InitTensors:
+    n = net.total_params
+    if not path.is_file():
+        raise TrainError(f"no such parameter file: {path}")
+    size = path.stat().st_size
+    if size != 4 * n:
+        raise TrainError(f"{path} has {size:,} bytes but the spec's {n:,} parameters need {4 * n:,} "
+                         f"(flat little-endian float32 in `lmc info --params` order)",
+                         hint="was it saved from another spec?")
+    flat = read_flat(path, "--init")
+    params = unflatten(flat, [p.type.dims for p in net.params])
+    return InitTensors(params, _bn_stats_for(path, net), f"flat parameter file ({n:,} floats)")
+
+
+def _bn_stats_for(path: Path, net) -> list[np.ndarray] | None:
+    """BN statistics from the companion file, only when its size is exact (as the reference)."""
+    if not net.state:
+        return None
+    comp = bn_companion(path)
+    n = sum(s.type.size for s in net.state)
+    if comp.is_file() and comp.stat().st_size == 4 * n:
+        return unflatten(np.fromfile(comp, dtype="<f4"), [s.type.dims for s in net.state])
+    return None
+
+
+def unflatten(flat: np.ndarray, shapes) -> list[np.ndarray]:
+    out, off = [], 0
+    for dims in shapes:
+        k = int(np.prod(dims, dtype=np.int64))
+        out.append(np.ascontiguousarray(flat[off:off + k].reshape(dims), dtype=np.float32))
+        off += k
+    return out
+
+
+def flatten(arrays) -> np.ndarray:
+    return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float32) if arrays else np.zeros(0, np.float32)
+
+
+def apply_bootstrap(params: list[np.ndarray], state: list[np.ndarray], net, cfg) -> list[str]:
+    """The recipe's bootstrap_backbone (path, prefix_floats) and bootstrap_backbone_range (path,
+    dst_off, src_off, count): copy floats of a flat .bin into the flat parameter vector
+    (params are replaced in place).  Returns lines describing what was done."""
+    notes = []
+    if cfg.bootstrap_backbone is None and cfg.bootstrap_backbone_range is None:
+        return notes
+    shapes = [p.type.dims for p in net.params]
+    flat = flatten(params)
+    if cfg.bootstrap_backbone is not None:
+        src_path, count = cfg.bootstrap_backbone
+        src = read_flat(Path(src_path), "train.bootstrap_backbone")
+        if count > len(src) or count > len(flat):
+            raise TrainError(f"train.bootstrap_backbone: prefix of {count:,} floats, but {src_path} has "
+                             f"{len(src):,} and the spec {len(flat):,}")
+        flat[:count] = src[:count]
+        notes.append(f"bootstrap: first {count:,} floats from {src_path}")
+        bn = _bn_stats_for(Path(src_path), net)
+        if bn is not None:
+            state[:] = bn
+            notes.append(f"bootstrap: BN statistics from {bn_companion(Path(src_path))}")
+    if cfg.bootstrap_backbone_range is not None:
+        src_path, dst, off, count = cfg.bootstrap_backbone_range
+        src = read_flat(Path(src_path), "train.bootstrap_backbone_range")
+        if off + count > len(src):
+            raise TrainError(f"train.bootstrap_backbone_range: source window [{off:,}, {off + count:,}) is "
+                             f"past the end of {src_path} ({len(src):,} floats)")
+        if dst + count > len(flat):
+            raise TrainError(f"train.bootstrap_backbone_range: destination window [{dst:,}, {dst + count:,}) is "
+                             f"past the end of the spec's {len(flat):,} parameters")
+        flat[dst:dst + count] = src[off:off + count]
+        notes.append(f"bootstrap: floats [{dst:,}, {dst + count:,}) from {src_path} [{off:,}, {off + count:,})")
+    params[:] = unflatten(flat, shapes)
+    return notes

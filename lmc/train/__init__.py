@@ -1,0 +1,1 @@
+"""Stage 6, train: a compiled module + data → a trained run directory."""

@@ -1,0 +1,141 @@
+"""`lmc bench`: how fast a spec's compiled train step and forward run (Caffe's `caffe time`).
+
+Measures compile time (cold, then cached), module load time, the train step (median and
+spread over N steps after warm-up, state device-resident: each step's outputs are the next
+step's inputs, exactly as `lmc train` runs), the forward (eval) function, images/s, achieved
+GFLOP/s (forward + backward ≈ 3× the forward FLOPs of `lmc info`) and peak host memory."""
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lmc.compile import compile_module, resolve_backend
+from lmc.core.errors import TrainError
+from lmc.graph.infer import TypedNet
+from lmc.lower.lowering import abi, lower
+from lmc.run.runtime import Module
+from lmc.train.masks import draw
+
+
+class DeviceMissing(TrainError):
+    """The module compiled but there is no device to run it on; .partial has the compile numbers."""
+
+    def __init__(self, message, hint=None, partial=None):
+        super().__init__(message, hint=hint)
+        self.partial = partial or {}
+
+
+def _initial(net: TypedNet, rng):
+    a = abi(net)
+    ps = [(rng.standard_normal(p.type.dims) * (0.05 if p.type.rank > 1 else 0.0) +
+           (1.0 if p.init == "ones" else 0.0)).astype(np.float32) for p in a.params]
+    opt = a.initial_opt() + [p.copy() for p in ps[:len(a.ema)]]      # O then E (EMA starts at θ)
+    st = [np.full(s.type.dims, 1.0 if s.init == "ones" else 0.0, np.float32) for s in a.state]
+    x = rng.standard_normal(a.x.dims).astype(np.float32)
+    y = a.loss.draw_labels(rng, a.labels, a.logits)
+    return ps, opt, st, x, y
+
+
+def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
+    """One train step of `m` as a zero-argument callable, state device-resident exactly as
+    `lmc train` runs it: each step's outputs are the next step's inputs, the batch and one hp
+    vector per step are uploaded beforehand, and the call waits for the step by reading back
+    the loss.  Returns (step, holder); holder["args"] is the current argument list and
+    holder["loss"] the last step's loss (a float)."""
+    ps, opt, st, x, y = _initial(net, np.random.default_rng(seed))
+    up = m.upload
+    state = [up(a) for a in ps + opt + st]
+    n_state = len(state)
+    a = abi(net)
+    if a.accum > 1:
+        raise TrainError("lmc bench times the fused @train_step; this recipe accumulates gradients "
+                         f"(grad_accum_steps {a.accum}): bench it with --set train.grad_accum_steps=1")
+    hps = [up(a.hp_vector(net.spec.train, lr, s + 1)) for s in range(64)]
+    data = [up(x), up(y)]
+    masks = [up(mk) for mk in draw(a.masks, net.spec.train, seed, 0, 0)]     # dropout / drop path: one draw
+    holder = {"args": state + data + [hps[0]] + masks, "t": 0, "loss": None}
+
+    def step():
+        args = holder["args"]
+        out = m.train_step(*args)
+        holder["loss"] = float(np.asarray(out[-2]))     # waits for the step (reads back one scalar)
+        holder["t"] += 1
+        holder["args"] = list(out[:n_state]) + data + [hps[holder["t"] % len(hps)]] + masks
+    return step, holder
+
+
+def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
+          warmup: int = 3, forward: bool = True, cold: bool = False) -> dict:
+    """cold=True compiles once into an empty temporary cache, so the cold time is measured
+    even when the module is already cached."""
+    backend = resolve_backend(backend)
+    text = lower(net, backend=backend)
+    t0 = time.perf_counter()
+    if cold:
+        import os
+        import tempfile
+        old = os.environ.get("LMC_CACHE")
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["LMC_CACHE"] = tmp
+            try:
+                compile_module(text, backend=backend, chip=chip)
+            finally:
+                if old is None:
+                    os.environ.pop("LMC_CACHE", None)
+                else:
+                    os.environ["LMC_CACHE"] = old
+        compile_s = time.perf_counter() - t0
+        c = compile_module(text, backend=backend, chip=chip)
+    else:
+        c = compile_module(text, backend=backend, chip=chip)
+        compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    compile_module(text, backend=backend, chip=chip)          # the cached path: hash + copy
+    cached_s = time.perf_counter() - t0
+    compiled = {"name": net.spec.name, "backend": backend, "batch": net.batch,
+                "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
+                "compile_cached_s": round(cached_s, 4), "vmfb_bytes": Path(c.path).stat().st_size}
+    t0 = time.perf_counter()
+    try:
+        m = Module(c.path, backend)
+    except TrainError as e:           # no such device here: the compile numbers still stand
+        raise DeviceMissing(e.message, hint=e.hint, partial=compiled) from None
+    load_s = time.perf_counter() - t0
+    step, state = stepper(net, m)
+    times = []
+    for s in range(warmup + steps):
+        t0 = time.perf_counter()
+        step()
+        dt = time.perf_counter() - t0
+        if s >= warmup:
+            times.append(dt)
+    res = {
+        **compiled, "load_s": round(load_s, 4),
+        "step_ms_median": 1e3 * statistics.median(times),
+        "step_ms_min": 1e3 * min(times), "step_ms_max": 1e3 * max(times),
+        "step_ms_iqr": 1e3 * (np.percentile(times, 75) - np.percentile(times, 25)),
+        "steps": steps,
+    }
+    med = statistics.median(times)
+    res["images_per_s"] = net.batch / med
+    res["train_gflops"] = 3 * net.total_flops / med / 1e9
+    if forward:
+        a = abi(net)
+        n_p, n_s = len(a.params), len(a.state)
+        st = state["args"]
+        fargs = st[:n_p] + st[len(st) - 3 - n_s:len(st) - 3] + [st[-3]]
+        ft = []
+        for s in range(warmup + steps):
+            t0 = time.perf_counter()
+            np.asarray(m.forward(*fargs))[:1]
+            if s >= warmup:
+                ft.append(time.perf_counter() - t0)
+        res["forward_ms_median"] = 1e3 * statistics.median(ft)
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["params"] = net.total_params
+    res["forward_flops"] = net.total_flops
+    return res
