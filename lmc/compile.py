@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmc.core.errors import CompileError, LmcError
+from lmc.core.errors import CompileError
 from lmc.lower.lowering import PACKED
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
@@ -64,7 +64,7 @@ def task_workers_env() -> int | None:
     if not n:
         return None
     if not n.isdigit() or int(n) < 1:
-        raise LmcError(f"LMC_TASK_WORKERS={n!r}: expected a positive number of worker threads")
+        raise CompileError(f"LMC_TASK_WORKERS={n!r}: expected a positive number of worker threads")
     return int(n)
 
 

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from lmc.check import load_net
 from lmc.spec.config import LossKind
 from lmc.core.errors import DataError, SpecError
 from lmc.graph.infer import infer
@@ -144,7 +145,7 @@ def _tiny(queries=5, ncls=10, extra=""):
                                           (", use_diou_box: true", "use_diou_box"), (", use_mixup: true", "mixup")])
 def test_recipe_rules(extra, field):
     with pytest.raises(SpecError) as e:
-        load_spec("t.yaml", text=_tiny(extra=extra))
+        load_net("t.yaml", text=_tiny(extra=extra))
     assert field in str(e.value) and "detr_set" in str(e.value)
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from lmc.spec.config import TRAIN_FIELDS, check_against_net
+from lmc.check.net import check_against_net
+from lmc.spec.config import TRAIN_FIELDS
 from lmc.core.errors import LmcError
 from lmc.core.fields import MAX_INT
 from lmc.graph.infer import infer

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lmc.spec.config import check_against_net
+from lmc.check.net import check_against_net
 from lmc.graph.infer import infer
 from lmc.spec.netspec import load_spec
 

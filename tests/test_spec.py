@@ -9,8 +9,10 @@ from textwrap import dedent
 
 import pytest
 
-from lmc.spec.config import (TRAIN_FIELDS, DatasetKind, LossKind, TrainConfig, _FIELDS, check_against_net,
-    check_rules, effective_loss, mixup_mode, parse_train)
+from lmc.check import check
+from lmc.check.net import check_against_net
+from lmc.check.recipe import check_rules
+from lmc.spec.config import TRAIN_FIELDS, DatasetKind, LossKind, TrainConfig, _FIELDS, effective_loss, mixup_mode, parse_train
 from lmc.core.errors import LmcError, MultiError, ShapeError, SpecError
 from lmc.core.fields import MAX_INT, Activation, OptimizerKind, Padding, PadStyle, coerce, snake
 from lmc.graph.infer import infer
@@ -25,9 +27,9 @@ def load(text: str, sets=None):
 
 
 def errors(text: str, sets=None) -> list[LmcError]:
-    """The errors load_spec (then infer) reports, in order."""
+    """The errors load_spec (then infer, then the check stage) reports, in order."""
     try:
-        infer(load(text, sets))
+        check(infer(load(text, sets))).raise_errors()
     except MultiError as e:
         return e.errors
     except LmcError as e:
@@ -482,10 +484,13 @@ def test_set_errors_point_at_the_set():
 
 
 def parse(text: str, dataset=None):
-    """A `train:` section alone → TrainConfig (or the error)."""
+    """A `train:` section alone → TrainConfig, its fields parsed then the recipe rules of the
+    check stage applied (or the error)."""
     from lmc.spec.yamlsrc import load_yaml
     data, locs = load_yaml(dedent(text), FILE)
-    return parse_train(data["train"], locs, FILE, ("train",), dataset)
+    c = parse_train(data["train"], locs, FILE, ("train",))
+    check_rules(c, lambda name: locs.get(("train", name), locs.get(("train",))), dataset)
+    return c
 
 
 BASE = "train:\n  learning_rate: 0.1\n  batch_size: 8\n  epochs: 10\n"

@@ -93,10 +93,10 @@ def test_val_every_epochs_is_imagenets_cadence(tmp_path):
     from rich.console import Console
     from lmc.core.errors import SpecError
     from lmc.graph.infer import infer
-    from lmc.spec.netspec import load_spec
+    from lmc.check import load_net
     from lmc.train.trainer import TrainOptions, train
     make_tree(tmp_path, n_per_class=2)
-    spec = lambda kind, extra: load_spec("n.yaml", text=IMAGENET_NET.format(kind=kind, extra=extra, path=tmp_path))
+    spec = lambda kind, extra: load_net("n.yaml", text=IMAGENET_NET.format(kind=kind, extra=extra, path=tmp_path)).spec
     with pytest.raises(SpecError, match=r"n.yaml:7:.*val_every_epochs is the ImageNet cadence \(dataset: imagenet\), "
                                         r"not for dataset imagenette"):
         spec("imagenette", "val_every_epochs: 2")

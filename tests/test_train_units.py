@@ -14,7 +14,7 @@ import pytest
 from lmc.run.checkpoint import (META_KEY, apply_bootstrap, check_layout, flatten, load_checkpoint, load_init,
     net_hash, read_tensors, save_checkpoint)
 from lmc.spec.config import TrainConfig
-from lmc.core.errors import TrainError
+from lmc.core.errors import CheckpointError, SpecError
 from lmc.evaluate.interval import wilson95
 from lmc.evaluate.score import count_correct
 from lmc.graph.ir import Param
@@ -67,10 +67,10 @@ def test_head_prior_bias_sets_the_head_bias_to_log_prior():
                                                       head_prior_bias=prior)) == [f"head prior: {net.params[-1].name} = log π"]
     np.testing.assert_allclose(params[-1], np.log(prior), rtol=1e-6)
     assert all(np.array_equal(a, b) for a, b in zip(params[:-1], before[:-1]))
-    with pytest.raises(TrainError, match=r"priors must be > 0"):
+    with pytest.raises(SpecError, match=r"priors must be > 0"):
         apply_head_prior(params, net, TrainConfig(learning_rate=0.1, batch_size=2, epochs=1,
                                                   head_prior_bias=(0.0,) + prior[1:]))
-    with pytest.raises(TrainError, match=r"3 values, but the net's last parameter is"):
+    with pytest.raises(SpecError, match=r"3 values, but the net's last parameter is"):
         apply_head_prior(params, net, TrainConfig(learning_rate=0.1, batch_size=2, epochs=1, head_prior_bias=(0.5,) * 3))
 
 
@@ -117,9 +117,9 @@ def test_init_normal_trunc_normal_and_unknown_kind():
     a, b = init_tensors(_Net(ps), 0)[0]
     assert a.std() == pytest.approx(0.02, rel=0.02)
     assert np.abs(b).max() <= 0.04 + 1e-7 and b.std() == pytest.approx(0.02 * 0.8796, rel=0.02)
-    with pytest.raises(TrainError, match=r"parameter c: unknown init kind 'lecun'"):
+    with pytest.raises(SpecError, match=r"parameter c: unknown init kind 'lecun'"):
         init_tensors(_Net([Param("c", TensorType((2, 2)), "lecun")]), 0)
-    with pytest.raises(TrainError, match="normal init needs std > 0"):
+    with pytest.raises(SpecError, match="normal init needs std > 0"):
         init_tensors(_Net([Param("d", TensorType((2, 2)), "normal")]), 0)
 
 
@@ -211,7 +211,7 @@ def test_checkpoint_roundtrip_names_and_metadata(tmp_path):
     assert meta["format"] == "lmc-checkpoint" and meta["net_hash"] == net_hash(net) and meta["step"] == 5
     ck = load_checkpoint(path, net, keys)
     assert all(np.array_equal(a, b) for a, b in zip(ck.params + ck.opt + ck.state, params + opt + state))
-    with pytest.raises(TrainError, match=r"optimizer state \['m', 'v'\] for 18 tensors but the spec's optimizer "
+    with pytest.raises(CheckpointError, match=r"optimizer state \['m', 'v'\] for 18 tensors but the spec's optimizer "
                                          r"needs \['momentum'\] for 9"):
         load_checkpoint(path, net, [("momentum", p.name) for p in net.params])
 
@@ -229,13 +229,13 @@ def test_layout_mismatch_names_the_first_tensor(tmp_path):
     params, opt, state = _arrays(other)
     path = save_checkpoint(tmp_path / "o.npz", other, [(s, p.name) for s in ("m", "v") for p in other.params],
                            params, opt, state, {"step": 0})
-    with pytest.raises(TrainError, match=r"tensor '04.dense.weight' has shape \[576, 301\] there but \[576, 300\]"):
+    with pytest.raises(CheckpointError, match=r"tensor '04.dense.weight' has shape \[576, 301\] there but \[576, 300\]"):
         load_init(path, net)
-    with pytest.raises(TrainError, match=r"has no tensor '00.conv_bn.weight'"):
+    with pytest.raises(CheckpointError, match=r"has no tensor '00.conv_bn.weight'"):
         check_layout({}, [(p.name, p.type.dims) for p in net.params], "f.npz")
     t = {p.name: np.zeros(p.type.dims, np.float32) for p in net.params}
     t["99.extra"] = np.zeros(3, np.float32)
-    with pytest.raises(TrainError, match=r"has a tensor '99.extra' \[3\] that the spec does not"):
+    with pytest.raises(CheckpointError, match=r"has a tensor '99.extra' \[3\] that the spec does not"):
         check_layout(t, [(p.name, p.type.dims) for p in net.params], "f.npz")
 
 
@@ -273,11 +273,11 @@ def test_init_from_bare_npz_safetensors_and_flat_bin_agree(tmp_path):
 def test_bad_bin_size_is_refused(tmp_path):
     net = net_of()
     np.zeros(net.total_params - 1, "<f4").tofile(tmp_path / "p.bin")
-    with pytest.raises(TrainError, match=rf"has {4 * (net.total_params - 1):,} bytes but the spec's "
+    with pytest.raises(CheckpointError, match=rf"has {4 * (net.total_params - 1):,} bytes but the spec's "
                                          rf"{net.total_params:,} parameters need {4 * net.total_params:,}"):
         load_init(tmp_path / "p.bin", net)
     (tmp_path / "p.txt").write_text("x")
-    with pytest.raises(TrainError, match="unknown checkpoint format '.txt'"):
+    with pytest.raises(CheckpointError, match="unknown checkpoint format '.txt'"):
         read_tensors(tmp_path / "p.txt")
 
 
@@ -300,7 +300,7 @@ def test_bootstrap_prefix_and_range(tmp_path):
     assert np.array_equal(after[10:17], src[40:47]) and np.array_equal(after[:10], before[:10])
     assert np.array_equal(after[17:], before[17:])
     c = dataclasses.replace(net.spec.train, bootstrap_backbone_range=(str(tmp_path / "bb_params.bin"), n - 3, 0, 7))
-    with pytest.raises(TrainError, match="destination window .* past the end of the spec's"):
+    with pytest.raises(CheckpointError, match="destination window .* past the end of the spec's"):
         apply_bootstrap(list(params), list(state), net, c)
 
 

@@ -238,7 +238,7 @@ train: {learning_rate: 0.1, batch_size: 2, epochs: 1}
 
 def test_detr_heads_train_with_the_set_loss_only():
     from lmc.core.errors import SpecError
-    from lmc.graph.infer import check_recipe_fits
+    from lmc.check.net import check_recipe_fits
     from lmc.lower.lowering import lower
     net = infer(load_spec("d.yaml", text=DETR))
     assert "@forward" in lower(net, "forward")
@@ -403,14 +403,14 @@ def test_sample_refuses_a_classifier():
 
 
 def test_bf16_is_refused_on_a_net_without_a_bf16_primitive():
+    from lmc.check import check
     from lmc.core.errors import SpecError
-    from lmc.lower.lowering import abi
     net = infer(load_spec("c.yaml", text="name: c\ninput: {channels: 1, height: 4, width: 4}\nlayers:\n"
                                         "  - conv2d: {ic: 1, oc: 2, k_size: 3}\n  - global_avg_pool\n"
                                         "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true}\n"))
     with pytest.raises(SpecError, match=r"train.bf16 rounds the operands .* this net has none \(its convs would "
                                         r"need bf16_conv: true\)"):
-        abi(net)
+        check(net).raise_invalid()
 
 
 def test_bf16_conv_rounds_the_standard_convs_only(monkeypatch):

@@ -488,12 +488,13 @@ def test_spectral_cap_training_caps_every_dense_and_resumes_exactly(tmp_path):
 
 
 def test_spectral_knobs_are_checked():
+    from lmc.check import load_net
     from lmc.core.errors import LmcError
     from lmc.spec.netspec import load_spec
     base = "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\ntrain: {learning_rate: 0.1, batch_size: 2, epochs: 1, "
     with pytest.raises(LmcError, match="spectral_every.*spectral_cap"):
-        load_spec("m.yaml", text=base + "spectral_every: 3}\n")
-    from lmc.train.trainer import check_recipe
+        load_net("m.yaml", text=base + "spectral_every: 3}\n")
+    from lmc.check.training import check_recipe
     with pytest.raises(LmcError, match="not implemented yet: train.spectral_cap with grad_accum_steps > 1"):
         check_recipe(load_spec("m.yaml", text=base + "spectral_cap: 1.0, grad_accum_steps: 2}\n").train)
 
@@ -629,7 +630,7 @@ def test_fp8_step_folds_the_update_into_the_f32_master(tmp_path):
 def test_fp8_refuses_what_it_does_not_combine_with():
     from lmc.core.errors import LmcError
     from lmc.spec.netspec import load_spec
-    from lmc.train.trainer import check_recipe
+    from lmc.check.training import check_recipe
     base = "name: m\ninput: {features: 4}\nlayers:\n  - dense: {fan_in: 4, fan_out: 3}\ntrain: {learning_rate: 0.1, batch_size: 2, epochs: 1, fp8: e4m3, "
     for extra, what in (("use_ema: true", "use_ema"), ("grad_accum_steps: 2", "grad_accum_steps > 1")):
         with pytest.raises(LmcError, match=f"not implemented yet: train.fp8 with {what}"):

@@ -3,4 +3,4 @@
 from .app import app, main
 from . import commands, trust  # noqa: F401  (each registers its commands on `app`)
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "commands", "trust"]

@@ -13,12 +13,11 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from lmc.check import load_net
 from lmc.core.errors import LmcError
 from lmc import __version__
 from lmc.compile import compiler_version, find_compiler
-from lmc.graph.infer import infer
 from lmc.run.dist import launched_rank
-from lmc.spec.netspec import load_spec
 
 
 class _Argument(typer.core.TyperArgument):
@@ -91,11 +90,12 @@ def user_errors():
         raise typer.Exit(2)
 
 
-def _load(spec: Path, sets, batch=None):
-    s = load_spec(spec, sets)
+def _load(spec: Path, sets, batch=None, world: int = 1):
+    """load → infer → check for every command (lmc.check.load_net); what is valid but cannot be
+    lowered or trained yet stays in the net's check report for the command to refuse or warn."""
     if batch is not None and batch < 1:     # else infer blames layer 0 for an empty dimension
         raise LmcError(f"--batch must be at least 1, got {batch}")
-    return infer(s, batch)
+    return load_net(spec, sets, batch=batch, world=world)
 
 
 def _version(value: bool):

@@ -20,12 +20,13 @@ from lmc.evaluate.metrics import save_predictions
 from lmc.evaluate.plot import plot_run
 from lmc.evaluate.sample import sample as run_sample
 from lmc.evaluate.score import EvalResult
-from lmc.graph.infer import check_recipe_fits, lowers
+from lmc.check import check
+from lmc.graph.infer import lowers
 from lmc.layers import all_layers
 from lmc.lower.lowering import abi, lower
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.train.bench import DeviceMissing, bench
-from lmc.train.trainer import Interrupted, TrainOptions, Trainer, refusals, train as run_training
+from lmc.train.trainer import Interrupted, TrainOptions, Trainer, train as run_training
 from lmc.trust.stats import save_bitmap
 
 @app.command(cls=_Command)
@@ -35,9 +36,10 @@ def validate(spec: SpecArg, set: SetOpt = None) -> None:
     Errors read `file:line:col: message`.  What a valid spec holds that lmc render/train refuse
     (a layer not lowered yet, a loss, optimizer or recipe switch not implemented) is one warning each."""
     with user_errors():
-        net = _load(spec, set)
-        check_recipe_fits(net)      # the loss against the output, as lower() checks it
-        warnings = refusals(net)
+        net = _load(spec, set)      # parse, infer, check: the same stages `lmc train` runs first
+        report = check(net)
+        report.raise_invalid()
+        warnings = report.refusals()
     for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
         sys.stderr.write(w.render("warning") + "\n")
     err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
@@ -98,9 +100,13 @@ def _train_abi(net) -> dict | None:
     when lmc cannot lower it)."""
     if net.spec.train is None:
         return None
+    r = check(net)
+    refused = r.fit + r.train_step
+    if refused:
+        return {"refused": refused[0].message}
     try:
         a = abi(net)
-    except LmcError as e:
+    except LmcError as e:           # LMC_CONV_FORM=direct with bf16_conv: the lowering's own refusal
         return {"refused": e.message}
     return {"hp": list(a.hp), "loss": a.loss.name, "x": list(a.x.dims), "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
             "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},

@@ -90,8 +90,24 @@ class DataError(LmcError):
     """A dataset file is missing, truncated, or does not match the spec."""
 
 
+class CheckpointError(LmcError):
+    """A checkpoint or --init file is missing, corrupt, or does not match the net."""
+
+
+class RunError(LmcError):
+    """The runtime cannot run the compiled module here (no device, a data-parallel rank failed)."""
+
+
 class TrainError(LmcError):
-    """Training cannot start or had to stop (NaN loss, missing device, bad checkpoint)."""
+    """Training cannot start or had to stop (NaN loss, a run directory that holds a run)."""
+
+
+class EvalError(LmcError):
+    """Scoring, sampling or plotting a trained net cannot be done as asked."""
+
+
+class TrustError(LmcError):
+    """A trust tool (compare, attack, certify, lipschitz) cannot run as asked."""
 
 
 def switch(name: str, allowed, default: str) -> str:

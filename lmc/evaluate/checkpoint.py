@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmc.core.errors import LmcError, TrainError
+from lmc.core.errors import EvalError, LmcError
 from lmc.evaluate.score import EvalResult, evaluate, evaluate_swag
 from lmc.evaluate.metrics import eval_format
 from lmc.data.fit import load_data
@@ -26,17 +26,17 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     recalibrate N > 0: the BN statistics re-estimated from N training batches first
     (lmc/trust/recalibrate.py)."""
     if region not in EVAL_REGIONS:
-        raise TrainError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
+        raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
     if recalibrate:
         if recalibrate < 0:
-            raise TrainError(f"--recalibrate must be at least 1 batch, got {recalibrate}")
+            raise EvalError(f"--recalibrate must be at least 1 batch, got {recalibrate}")
         if not net.state:
-            raise TrainError("--recalibrate: the net has no BN running statistics to re-estimate")
+            raise EvalError("--recalibrate: the net has no BN running statistics to re-estimate")
         if net.spec.train is None:
-            raise TrainError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
+            raise EvalError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
     got = load_init(Path(init), net)
     if net.state and got.state is None and not recalibrate:
-        raise TrainError(f"{init} has no BN running statistics, which eval needs for this net",
+        raise EvalError(f"{init} has no BN running statistics, which eval needs for this net",
                          hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them, "
                               "or re-estimate them with --recalibrate N (N training batches)")
     tensors, meta = read_tensors(Path(init)) if Path(init).suffix == ".npz" else (None, None)
@@ -51,13 +51,13 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         params = part(region)
     elif region == "swag":
         if net.spec.train is None:
-            raise TrainError("--region swag draws swag_samples weight vectors: the spec needs its `train:` recipe")
+            raise EvalError("--region swag draws swag_samples weight vectors: the spec needs its `train:` recipe")
         mean, sq, dev = part("swa"), part("swa_sq"), part("swag_dev")
         devs = [[d[i] for d in dev] for i in range(dev[0].shape[0])]
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
     if meta is not None and meta.get("vocab") != ds.vocab:
-        raise TrainError(f"{init} was trained on another character vocabulary than this text's "
+        raise EvalError(f"{init} was trained on another character vocabulary than this text's "
                          f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
     b = resolve_backend(backend)
     text = None
@@ -73,7 +73,7 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     mod = Module(c.path, b)
     if recalibrate:
         if text is None:
-            raise TrainError("--recalibrate needs the spec's train step, which does not lower for this recipe")
+            raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
         S = recalibrate_bn(mod, net, got.params, recalibrate, ds, log)
     else:
         S = [mod.upload(a) for a in (got.state or [])]

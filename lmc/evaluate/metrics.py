@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from lmc.core.errors import LmcError
+from lmc.core.errors import EvalError
 from lmc.evaluate.interval import wilson95
 from lmc.losses import BOXES, FLOAT, MASK, MULTI_HOT
 
@@ -124,7 +124,7 @@ def scorer(label_format: str, num_classes: int, regions: dict | None = None, los
     """The result that scores labels of `label_format` (None: class ids, EvalResult's top-1)."""
     if label_format == BOXES:
         if loss is None or not hasattr(loss, "decode"):
-            raise LmcError("scoring box targets needs the recipe's detection loss (its decoder): the spec has no train: recipe")
+            raise EvalError("scoring box targets needs the recipe's detection loss (its decoder): the spec has no train: recipe")
         return DetResult(loss)
     if label_format == MULTI_HOT:
         return MultiHotResult()
@@ -240,7 +240,7 @@ def coco_map(gts, dets, scale: float) -> tuple[float, float]:
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
     except ImportError:
-        raise LmcError("detection mAP needs pycocotools", hint="pip install 'lmc[det]' (pycocotools)") from None
+        raise EvalError("detection mAP needs pycocotools", hint="pip install 'lmc[det]' (pycocotools)") from None
     cats = sorted({int(c) for _, cl in gts for c in cl} | {int(c) for *_, cl in dets for c in cl})
     if not cats or not any(len(cl) for _, cl in gts):
         return 0.0, 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import EvalError
 
 
 def save_percent_plot(fig, ax, xlabel: str, ylabel: str, title: str, path) -> Path:
@@ -23,7 +23,7 @@ def save_percent_plot(fig, ax, xlabel: str, ylabel: str, title: str, path) -> Pa
 
 def read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
-        raise TrainError(f"no metrics log at {path}", hint="pass the --out directory of an `lmc train` run")
+        raise EvalError(f"no metrics log at {path}", hint="pass the --out directory of an `lmc train` run")
     recs = []
     for line in path.read_text().splitlines():
         try:
@@ -62,7 +62,7 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     recs = read_metrics(run_dir / "metrics.jsonl")
     steps = [r for r in recs if r.get("kind") == "step"]
     if not steps:
-        raise TrainError(f"{run_dir / 'metrics.jsonl'} has no step records yet")
+        raise EvalError(f"{run_dir / 'metrics.jsonl'} has no step records yet")
     epochs = [r for r in recs if r.get("kind") == "epoch"]
     evals = [r for r in recs if r.get("kind") == "eval" and r.get("top1") is not None]
     head = next((r for r in recs if r.get("kind") == "header"), {})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import EvalError
 from lmc.data import Batcher
 from lmc.graph.init import init_tensors
 from lmc.lower.lowering import abi
@@ -23,11 +23,11 @@ def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) 
     """Device arrays of the recalibrated running statistics (net.state order)."""
     cfg = net.spec.train
     if n_batches < 1:
-        raise TrainError(f"--recalibrate must be at least 1 batch, got {n_batches}")
+        raise EvalError(f"--recalibrate must be at least 1 batch, got {n_batches}")
     if not net.state:
-        raise TrainError("--recalibrate: the net has no BN running statistics to re-estimate")
+        raise EvalError("--recalibrate: the net has no BN running statistics to re-estimate")
     if cfg is None:
-        raise TrainError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
+        raise EvalError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
     a = abi(net)
     up = mod.upload
     nc = net.num_classes or 1

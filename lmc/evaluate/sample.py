@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.data import text as textdata
-from lmc.core.errors import LmcError
+from lmc.core.errors import EvalError, LmcError
 from lmc.compile import compile_module, resolve_backend
 from lmc.lower.lowering import lower
 from lmc.run.checkpoint import load_init, read_tensors
@@ -28,20 +28,20 @@ def check_lm(net, vocab: str | None = None) -> int:
     layers = net.spec.layers
     first, last = layers[0].layer, layers[-1].layer
     if first.kind != "token_position_embed" or not (first.ids_input or first.gather):
-        raise LmcError("lmc sample needs a language model whose first layer is token_position_embed with "
+        raise EvalError("lmc sample needs a language model whose first layer is token_position_embed with "
                        "ids_input or gather (it feeds token ids)", hint="see specs/tiny_gpt.yaml")
     if last.kind != "lm_head":
-        raise LmcError(f"lmc sample needs a language model ending in lm_head, but the last layer is {last.kind}")
+        raise EvalError(f"lmc sample needs a language model ending in lm_head, but the last layer is {last.kind}")
     if vocab is None and (first.vocab_size != textdata.VOCAB or last.vocab_size != textdata.VOCAB):
-        raise LmcError(f"lmc sample decodes bytes here: the vocabulary must be the {textdata.VOCAB} byte values "
+        raise EvalError(f"lmc sample decodes bytes here: the vocabulary must be the {textdata.VOCAB} byte values "
                        f"(a `vocab: byte` text dataset's), got vocab_size {first.vocab_size}",
                        hint="a `vocab: char` run's checkpoint carries its characters: pass it to --init")
     if vocab is not None and min(first.vocab_size, last.vocab_size) < len(vocab):
-        raise LmcError(f"the checkpoint's vocabulary has {len(vocab)} characters, more than the spec's "
+        raise EvalError(f"the checkpoint's vocabulary has {len(vocab)} characters, more than the spec's "
                        f"vocab_size {min(first.vocab_size, last.vocab_size)}")
     causal = [l.layer for l in layers if l.layer.kind == "transformer_encoder"]
     if not causal or not all(l.causal_mask for l in causal):
-        raise LmcError("lmc sample needs causal transformer_encoder layers (causal_mask: true): with "
+        raise EvalError("lmc sample needs causal transformer_encoder layers (causal_mask: true): with "
                        "bidirectional attention the padding after the context would leak into it")
     return first.seq_len
 
@@ -53,7 +53,7 @@ def run_vocab(net, init: Path) -> str | None:
     meta = read_tensors(Path(init))[1] if Path(init).suffix != ".bin" else None
     vocab = (meta or {}).get("vocab")
     if vocab is None and net.spec.dataset_vocab == "char":
-        raise LmcError(f"{init} carries no character vocabulary, and the spec's text dataset is `vocab: char`",
+        raise EvalError(f"{init} carries no character vocabulary, and the spec's text dataset is `vocab: char`",
                        hint="pass the run's lmc checkpoint (RUN_DIR/last.npz), which saves the characters")
     return vocab
 
@@ -77,13 +77,13 @@ def sample(net, init: Path, prompt: str, tokens: int, temperature: float, top_k:
     vocab = run_vocab(net, init)
     t = check_lm(net, vocab)
     if net.batch != 1:
-        raise LmcError(f"lmc bug: sample compiles @forward at batch 1, got {net.batch}")
+        raise EvalError(f"lmc bug: sample compiles @forward at batch 1, got {net.batch}")
     if tokens < 0:
-        raise LmcError(f"--tokens must be at least 0, got {tokens}")
+        raise EvalError(f"--tokens must be at least 0, got {tokens}")
     try:
         ctx = [int(i) for i in textdata.encode((prompt or "\n").encode("utf-8"), vocab)]
     except LmcError as e:
-        raise LmcError(f"--prompt: {e.message}", hint="the model knows only the characters of its corpus") from None
+        raise EvalError(f"--prompt: {e.message}", hint="the model knows only the characters of its corpus") from None
     got = load_init(Path(init), net)
     b = resolve_backend(backend)
     mod = Module(compile_module(lower(net, "forward", backend=b), None, b, chip).path, b)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lmc.data import eval_batches
-from lmc.core.errors import TrainError
+from lmc.core.errors import EvalError
 from lmc.evaluate.interval import wilson95
 from lmc.evaluate.metrics import scorer
 
@@ -131,7 +131,7 @@ def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, nu
     (_logits); the result is the same on every rank and equal to one process's."""
     other = scorer(label_format, num_classes, regions, loss)
     if other is not None and tta is not None:
-        raise TrainError("use_tta averages classifier logits; this spec's labels are scored by other metrics")
+        raise EvalError("use_tta averages classifier logits; this spec's labels are scored by other metrics")
     if other is not None:
         for xb, yb, n, logits in _logits(module, params, state, x, y, batch, world=world):
             other.add(logits, yb[:n], xb[:n])

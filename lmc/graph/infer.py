@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from lmc.core.errors import LmcError, Loc, NotImplementedKind, ShapeError, SpecError
 from lmc.graph.ir import Graph, Param, State, Value
 from lmc.layers import Layer
+from lmc.spec.config import CLASS, dataset_labels
 from lmc.spec.netspec import NetSpec, parse_layer
 from lmc.core.types import TensorType
-from lmc.spec.config import CLASS, check_against_net, dataset_labels
 
 
 @dataclass
@@ -139,7 +139,7 @@ def train_net(net: TypedNet) -> TypedNet:
         return net._train
     spec, r = net.spec, cfg.train_res
     loc = spec.loc("train", "train_res")
-    why = _image_classifier(net)
+    why = image_classifier_problem(net)
     if why:
         raise SpecError(f"train.train_res {r} resizes the training images, not their labels: {why}", loc)
     if tuple(spec.input[1:]) == (r, r):
@@ -164,7 +164,7 @@ def train_net(net: TypedNet) -> TypedNet:
     return t
 
 
-def _image_classifier(net: TypedNet) -> str | None:
+def image_classifier_problem(net: TypedNet) -> str | None:
     """Why the resolution fields (train_res, test_crop_ratio: resize images, keep labels) cannot
     apply to `net`, or None: they need image inputs [C, H, W] and a class label per image."""
     if len(net.spec.input) != 3:
@@ -173,24 +173,6 @@ def _image_classifier(net: TypedNet) -> str | None:
         return (f"it needs a classifier (a class per image, output [batch, classes]), and this net's output is "
                 f"{net.output.type.shape_str()}" + (f" on dataset {net.spec.dataset.value}" if net.spec.dataset else ""))
     return None
-
-
-def check_recipe_fits(net: TypedNet) -> None:
-    """The recipe against the inferred net (config.check_against_net): the loss's label layout
-    against the output's rank, the class count of weights and priors.  One check for every path:
-    `lmc validate` runs it, lower() before rendering a @train_step (render, compile, bench; a
-    loss of logits [B, NC] on a rank-4 output would not compile) and Trainer before anything else."""
-    s = net.spec
-    if s.train is None:
-        return
-    check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),
-                      output_dims=net.output.type.dims, dataset=s.dataset)
-    train_net(net)             # train_res: the net at the training resolution holds the same weights
-    if s.train.test_crop_ratio:
-        why = _image_classifier(net)
-        if why:
-            raise SpecError(f"train.test_crop_ratio resizes and crops the validation images, not their labels: "
-                            f"{why}", s.loc("train", "test_crop_ratio"))
 
 
 def lowers(cls) -> bool:
@@ -205,3 +187,24 @@ def lowers(cls) -> bool:
         if not all(n.prim.lowered() for n in g.nodes):
             return False
     return True
+
+
+def head_params(net) -> frozenset:
+    """The final dense head's tensors (head_lr_mult): the params of the last layer that has
+    any, which must be a dense layer."""
+    with_params = [l for l in net.layers if l.params]
+    last = with_params[-1] if with_params else None
+    if last is None or last.kind != "dense":
+        what = f"layer {last.index} ({last.kind})" if last else "no layer"
+        raise SpecError(f"head_lr_mult scales the lr of the final dense head, but the last layer with "
+                        f"parameters is {what}", net.spec.loc("train", "head_lr_mult"))
+    return frozenset(p.name for p in last.params)
+
+
+def bf16_operands(node, conv: bool) -> bool:
+    """Whether the node's matmuls take bf16 operands: its primitive's `mixed_precision`, the
+    node's own `mixed` (the patch embed), or under train.bf16_conv its `bf16_conv` form (conv's
+    matmuls; Prim.bf16_conv)."""
+    p = node.prim
+    return p.mixed_precision or node.mixed or \
+        (conv and p.bf16_conv([v.type for v in node.inputs], [q.type for q in node.params]))

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import SpecError
 from lmc.graph.infer import param_prefix
 
 INIT_STREAM = 0x1A17      # mixed into the seed so init never shares a stream with the data order
@@ -74,7 +74,7 @@ def _constant(name: str, kind: str, dims) -> np.ndarray:
         return np.zeros(dims, np.float32)
     if kind == "ones":
         return np.ones(dims, np.float32)
-    raise TrainError(f"tensor {name}: unknown init {kind!r} for a constant tensor (known: zeros, ones)")
+    raise SpecError(f"tensor {name}: unknown init {kind!r} for a constant tensor (known: zeros, ones)")
 
 
 def _draw(p, rng: np.random.Generator) -> np.ndarray:
@@ -87,16 +87,16 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
         return rng.uniform(-p.std, p.std, dims).astype(np.float32)
     if p.init == "he":
         if p.fan_out <= 0:
-            raise TrainError(f"parameter {p.name}: He init needs fan_out > 0 (a bug in its layer)")
+            raise SpecError(f"parameter {p.name}: He init needs fan_out > 0 (a bug in its layer)")
         return (rng.standard_normal(dims) * math.sqrt(2.0 / p.fan_out)).astype(np.float32)
     if p.init == "glorot":
         if p.fan_in + p.fan_out <= 0:
-            raise TrainError(f"parameter {p.name}: Glorot init needs fan_in + fan_out > 0 (a bug in its layer)")
+            raise SpecError(f"parameter {p.name}: Glorot init needs fan_in + fan_out > 0 (a bug in its layer)")
         a = math.sqrt(6.0 / (p.fan_in + p.fan_out))
         return rng.uniform(-a, a, dims).astype(np.float32)
     if p.init in ("normal", "trunc_normal"):
         if not p.std > 0:
-            raise TrainError(f"parameter {p.name}: {p.init} init needs std > 0, got {p.std}")
+            raise SpecError(f"parameter {p.name}: {p.init} init needs std > 0, got {p.std}")
         z = rng.standard_normal(dims)
         if p.init == "trunc_normal":
             out = np.abs(z) > 2.0
@@ -104,7 +104,7 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
                 z[out] = rng.standard_normal(int(out.sum()))
                 out = np.abs(z) > 2.0
         return (z * p.std).astype(np.float32)
-    raise TrainError(f"parameter {p.name}: unknown init kind {p.init!r} (known: {', '.join(KINDS)})",
+    raise SpecError(f"parameter {p.name}: unknown init kind {p.init!r} (known: {', '.join(KINDS)})",
                      hint="add the rule to lmc/init.py")
 
 
@@ -118,7 +118,7 @@ def apply_det_prior(params: list[np.ndarray], net, cfg) -> list[str]:
         return []
     heads = [e for e in net.spec.layers if e.layer.kind == "fpn_detect"]
     if not heads:
-        raise TrainError(f"train.det_prior_pi {pi:g}: it initialises fpn_detect's objectness biases, and this "
+        raise SpecError(f"train.det_prior_pi {pi:g}: it initialises fpn_detect's objectness biases, and this "
                          f"net has no fpn_detect head", hint="drop det_prior_pi")
     b = -np.log((1.0 - pi) / pi)
     where = {p.name: i for i, p in enumerate(net.params)}
@@ -142,10 +142,10 @@ def apply_head_prior(params: list[np.ndarray], net, cfg) -> list[str]:
         return []
     last = net.params[-1] if net.params else None
     if last is None or last.type.dims != (prior.size,):
-        raise TrainError(f"train.head_prior_bias: {prior.size} values, but the net's last parameter is "
+        raise SpecError(f"train.head_prior_bias: {prior.size} values, but the net's last parameter is "
                          f"{last.name + ' ' + str(list(last.type.dims)) if last else 'missing'}, not a "
                          f"[{prior.size}] head bias", hint="end the net with a dense (or 1×1 conv) layer with a bias")
     if not (prior > 0).all():
-        raise TrainError(f"train.head_prior_bias: priors must be > 0 (their log is the bias), got {prior.tolist()}")
+        raise SpecError(f"train.head_prior_bias: priors must be > 0 (their log is the bias), got {prior.tolist()}")
     params[-1] = np.log(prior).astype(np.float32)
     return [f"head prior: {last.name} = log π"]

@@ -31,12 +31,13 @@ import numpy as np
 
 from lmc.lower import inplace
 from lmc.spec.config import effective_loss
-from lmc.core.errors import NotImplementedKind, SpecError, switch
+from lmc.core.errors import SpecError, switch
 from lmc.graph.ir import Node
-from lmc.graph.infer import TypedNet, check_recipe_fits, train_net
+from lmc.check import check
+from lmc.graph.infer import TypedNet, bf16_operands, head_params, train_net
 from lmc.graph.layout import place
 from lmc.losses import Loss, make_loss
-from lmc.optim import GLOBAL_HP, Optimizer, assign, selection
+from lmc.optim import GLOBAL_HP, Optimizer, assign
 from lmc.core.render import render_prim, render_template, sig
 from lmc.core.types import TensorType
 from lmc.lower.spectral import capped, context
@@ -115,48 +116,20 @@ def _unique(optimizers: dict) -> list[Optimizer]:
     return out
 
 
-def head_params(net) -> frozenset:
-    """The final dense head's tensors (head_lr_mult): the params of the last layer that has
-    any, which must be a dense layer."""
-    with_params = [l for l in net.layers if l.params]
-    last = with_params[-1] if with_params else None
-    if last is None or last.kind != "dense":
-        what = f"layer {last.index} ({last.kind})" if last else "no layer"
-        raise SpecError(f"head_lr_mult scales the lr of the final dense head, but the last layer with "
-                        f"parameters is {what}", net.spec.loc("train", "head_lr_mult"))
-    return frozenset(p.name for p in last.params)
-
-
 def abi(net: TypedNet, world: int = 1) -> Abi:
+    """The module's signature and what the host needs to call it (parameters, optimizer state
+    layout, labels, the hp vector's names, masks) for a net the check stage passed (lmc/check:
+    the loss and optimizers it asks for exist and fit)."""
     cfg = net.spec.train
     out = net.output.type
     if cfg is None:
         return Abi(net.params, [], [], net.state, net.input, out, out)
-    kind = effective_loss(cfg, net.spec.dataset)
-    try:
-        loss = make_loss(kind, cfg)
-    except NotImplementedKind as e:
-        raise e.located(net.spec.loc("train", "loss_kind"))
-    refused = loss.refused(cfg)
-    if refused:
-        raise NotImplementedKind(f"not implemented yet: {', '.join('train.' + f for f in refused)} "
-                                 f"(with loss {loss.name})", net.spec.loc("train", refused[0]),
-                                 hint="remove the field from the recipe (or set it to its default)")
-    check_recipe_fits(net)         # the loss against the output (Loss.check_output), located
+    loss = make_loss(effective_loss(cfg, net.spec.dataset), cfg)
     t = train_net(net)             # train.train_res: the training functions' input and masks
-    if cfg.bf16 and not any(_bf16(n, cfg.bf16_conv) for n in net.graph.nodes):
-        raise SpecError("train.bf16 rounds the operands of the primitives with a bf16 form (dense, linear, "
-                        "matmul, attention; standard convs with bf16_conv), and this net has none"
-                        + ("" if cfg.bf16_conv else " (its convs would need bf16_conv: true)"),
-                        net.spec.loc("train", "bf16"))
     if cfg.bf16_conv and _conv_form():
         raise SpecError("train.bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct's "
                         "stablehlo.convolution", net.spec.loc("train", "bf16_conv"))
-    where = selection(cfg)[1]
-    try:
-        optimizers = assign(net)
-    except (NotImplementedKind, SpecError) as e:
-        raise e.located(net.spec.loc("train", where))
+    optimizers = assign(net)
     head = head_params(net) if cfg.head_lr_mult != 1.0 else frozenset()
     used = tuple(_unique(optimizers))
     hp = list(CORE_HP) + [h for h in loss.hp if h not in CORE_HP]
@@ -248,48 +221,24 @@ class _Emitter:
         return [f"{base}#{i}" for i in range(len(results))]
 
 
-def unsupported(net: TypedNet, functions: str = "all") -> list:
-    """Everything in a valid spec that `lower(net, functions)` refuses, as located errors (all
-    of them, not just the first): layers with no lowering yet and, for @train_step, the loss and
-    optimizer.  The one definition of "what will not render": lower() raises the first item,
-    `lmc validate` prints each as a warning, `lmc train` checks them before loading any data."""
-    errs = []
-    for l in net.layers:
-        if not l.lowered:
-            errs.append(NotImplementedKind(
-                f"not implemented yet: {l.kind} (layer {l.index}): `lmc info` counts it, but it is not lowered "
-                f"to StableHLO, so lmc render, compile and train refuse it", l.loc,
-                hint="`lmc layers` lists the kinds that lower"))
-    cfg = net.spec.train
-    if functions in ("all", "train_step", "input_grad") and cfg is not None:
-        try:
-            abi(net)               # asks the loss and optimizer registries; errors come located
-        except NotImplementedKind as e:
-            errs.append(e)
-        # any other error (a SpecError: head_lr_mult without a dense head, an optimizer with no
-        # tensor to act on) means the recipe does not fit the net: the spec is invalid, and
-        # `lmc validate` must fail on it too, so it propagates
-    return errs
-
-
-def lower(net: TypedNet, functions: str = "all", backend: str | None = None, world: int = 1) -> str:
+def lower(net: TypedNet, functions: str = "all", backend: str | None = None, world: int = 1,
+          the_abi: Abi | None = None) -> str:
     """Render the module.  functions: train_step (the training functions: @train_step, or
     @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
     backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
     `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS).
     world > 1 (data-parallel ranks): @grad_step + @apply_step even without accumulation, the
-    update scaled by 1/(k·world) — the host sums the ranks' accumulators in between."""
-    if functions in ("all", "train_step", "input_grad"):
-        check_recipe_fits(net)
-    errs = unsupported(net, functions)
-    if errs:
-        raise errs[0]
+    update scaled by 1/(k·world) — the host sums the ranks' accumulators in between.
+    the_abi: the ABI the caller already built for (net, world), else it is built here.
+    A net the check stage refuses for these functions is refused here too (the check's report
+    is cached on the net: a command that checked it first does not check again)."""
+    check(net, world).raise_for(functions)
     em = _Emitter(net)
     bodies = []
     if functions in ("all", "train_step"):
         if net.spec.train is None:
             raise SpecError("rendering @train_step needs a `train:` recipe in the spec", net.spec.layers[0].loc)
-        a = abi(net, world)
+        a = the_abi if the_abi is not None else abi(net, world)
         tnet = train_net(net)      # train.train_res: the same weights at the training resolution
         if not a.split:
             bodies.append(_train_step(tnet, em, a))
@@ -302,7 +251,7 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     if functions == "input_grad":
         if net.spec.train is None:
             raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
-        bodies.append(_input_grad(net, em, abi(net)))
+        bodies.append(_input_grad(net, em, the_abi if the_abi is not None else abi(net)))
     if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em))
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
@@ -344,15 +293,6 @@ def _conv_form() -> dict:
     return _FORMS[switch("LMC_CONV_FORM", tuple(_FORMS), "matmul")]
 
 
-def _bf16(node: Node, conv: bool) -> bool:
-    """Whether the node's matmuls take bf16 operands: its primitive's `mixed_precision`, the
-    node's own `mixed` (the patch embed), or under train.bf16_conv its `bf16_conv` form (conv's
-    matmuls; Prim.bf16_conv)."""
-    p = node.prim
-    return p.mixed_precision or node.mixed or \
-        (conv and p.bf16_conv([v.type for v in node.inputs], [q.type for q in node.params]))
-
-
 # train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
 # bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
 # Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
@@ -381,7 +321,7 @@ def _placed(net: TypedNet, em: _Emitter):
 
 def _rendered(em: _Emitter, node: Node):
     prim = node.prim
-    extra = {"bf16": _bf16_form()} if em.bf16 and _bf16(node, em.bf16_conv) else None
+    extra = {"bf16": _bf16_form()} if em.bf16 and bf16_operands(node, em.bf16_conv) else None
     r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r

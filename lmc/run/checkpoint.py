@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import CheckpointError
 
 FORMAT = "lmc-checkpoint"
 VERSION = 1
@@ -119,7 +119,7 @@ def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
     """Named tensors and the lmc metadata (None for a bare file) of a .npz or .safetensors."""
     path = Path(path)
     if not path.is_file():
-        raise TrainError(f"no such checkpoint file: {path}")
+        raise CheckpointError(f"no such checkpoint file: {path}")
     if path.suffix == ".safetensors":
         tensors, meta = _read_safetensors(path)
     elif path.suffix == ".npz":
@@ -128,15 +128,15 @@ def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
             with np.load(path, allow_pickle=False) as f:
                 tensors = {k: f[k] for k in f.files}
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-            raise TrainError(f"{path}: not a readable .npz file ({e})") from None
+            raise CheckpointError(f"{path}: not a readable .npz file ({e})") from None
         meta = None
         if META_KEY in tensors:
             try:
                 meta = json.loads(str(tensors.pop(META_KEY)))
             except ValueError:
-                raise TrainError(f"{path}: its {META_KEY} entry is not JSON") from None
+                raise CheckpointError(f"{path}: its {META_KEY} entry is not JSON") from None
     else:
-        raise TrainError(f"{path}: unknown checkpoint format {path.suffix or '(no suffix)'!r}",
+        raise CheckpointError(f"{path}: unknown checkpoint format {path.suffix or '(no suffix)'!r}",
                          hint="expected .npz (lmc checkpoints, named tensors), .safetensors or .bin (flat float32)")
     if meta is not None and meta.get("format") != FORMAT:
         meta = None
@@ -154,7 +154,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
         (n,) = struct.unpack("<Q", raw[:8])
         header = json.loads(raw[8:8 + n])
     except (struct.error, ValueError):
-        raise TrainError(f"{path}: not a safetensors file (unreadable header)") from None
+        raise CheckpointError(f"{path}: not a safetensors file (unreadable header)") from None
     data = memoryview(raw)[8 + n:]
     meta_raw = header.pop("__metadata__", None) or {}
     out = {}
@@ -167,7 +167,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
         elif info["dtype"] in _ST_DTYPES:
             a = np.frombuffer(buf, np.dtype(_ST_DTYPES[info["dtype"]]).newbyteorder("<"))
         else:
-            raise TrainError(f"{path}: tensor {name!r} has dtype {info['dtype']}; expected a float type")
+            raise CheckpointError(f"{path}: tensor {name!r} has dtype {info['dtype']}; expected a float type")
         out[name] = a.reshape(shape)
     meta = None
     if META_KEY in meta_raw:
@@ -186,18 +186,18 @@ def check_layout(tensors: dict[str, np.ndarray], expected: list[tuple[str, tuple
         if name not in tensors:
             if name in optional:
                 continue
-            raise TrainError(f"{path} does not match the spec: it has no tensor '{name}' {list(dims)}",
+            raise CheckpointError(f"{path} does not match the spec: it has no tensor '{name}' {list(dims)}",
                              hint="was it saved from another spec? `lmc info --params SPEC` lists the expected names")
         have = tuple(tensors[name].shape)
         if have != tuple(dims):
-            raise TrainError(f"{path} does not match the spec: tensor '{name}' has shape {list(have)} there "
+            raise CheckpointError(f"{path} does not match the spec: tensor '{name}' has shape {list(have)} there "
                              f"but {list(dims)} in the spec", hint="a checkpoint only loads into the net it was saved from")
         if not np.issubdtype(tensors[name].dtype, np.floating):
-            raise TrainError(f"{path}: tensor '{name}' has dtype {tensors[name].dtype}; expected float32")
+            raise CheckpointError(f"{path}: tensor '{name}' has dtype {tensors[name].dtype}; expected float32")
     names = {n for n, _ in expected}
     for name in tensors:
         if name not in names and not name.startswith(ignore_prefix):
-            raise TrainError(f"{path} does not match the spec: it has a tensor '{name}' {list(tensors[name].shape)} "
+            raise CheckpointError(f"{path} does not match the spec: it has a tensor '{name}' {list(tensors[name].shape)} "
                              f"that the spec does not", hint="a checkpoint only loads into the net it was saved from")
 
 
@@ -210,17 +210,17 @@ def load_checkpoint(path: Path, net, opt_keys, regions=()) -> Checkpoint:
     name)], lmc.lower.Abi.opt_keys), BN state, the `regions` the recipe keeps, position."""
     tensors, meta = read_tensors(path)
     if meta is None:
-        raise TrainError(f"{path} is not an lmc checkpoint (no {META_KEY} metadata)")
+        raise CheckpointError(f"{path} is not an lmc checkpoint (no {META_KEY} metadata)")
     expected = [(p.name, p.type.dims) for p in net.params] + [(s.name, s.type.dims) for s in net.state]
     check_layout(tensors, expected, path)
     if meta.get("net_hash") != net_hash(net):      # names and shapes matched, so this is the order
-        raise TrainError(f"{path} was saved from a net with the same tensors in another order "
+        raise CheckpointError(f"{path} was saved from a net with the same tensors in another order "
                          f"(hash {meta.get('net_hash')} vs {net_hash(net)})")
     have = [tuple(k) for k in meta.get("opt", [])]
     if have != [tuple(k) for k in opt_keys]:
         slots = sorted({s for s, _ in have}) or "none"
         want = sorted({s for s, _ in opt_keys}) or "none"
-        raise TrainError(f"{path} holds optimizer state {slots} for {len(have)} tensors but the spec's "
+        raise CheckpointError(f"{path} holds optimizer state {slots} for {len(have)} tensors but the spec's "
                          f"optimizer needs {want} for {len(opt_keys)}",
                          hint="to change the optimizer, start a new run with --init CHECKPOINT")
     opt = []
@@ -228,12 +228,12 @@ def load_checkpoint(path: Path, net, opt_keys, regions=()) -> Checkpoint:
         k = opt_key(slot, name)
         dims = next(p.type.dims for p in net.params if p.name == name)
         if k not in tensors or tensors[k].shape != dims:
-            raise TrainError(f"{path} does not match the spec: optimizer tensor '{k}' is missing or misshaped")
+            raise CheckpointError(f"{path} does not match the spec: optimizer tensor '{k}' is missing or misshaped")
         opt.append(_f32(tensors[k]))
     got = {}
     for region in regions:
         if region not in meta.get("regions", []):
-            raise TrainError(f"{path} has no {region} weights, which this recipe keeps",
+            raise CheckpointError(f"{path} has no {region} weights, which this recipe keeps",
                              hint="resume with the recipe the run was started with")
         got[region] = {p.name: _f32(tensors[f"{region}.{p.name}"]) for p in net.params
                        if f"{region}.{p.name}" in tensors}
@@ -266,7 +266,7 @@ def load_init(path: Path, net) -> InitTensors:
         have = [s.name for s in net.state if s.name in tensors]
         if have and len(have) != len(net.state):
             missing = next(s.name for s in net.state if s.name not in tensors)
-            raise TrainError(f"{path} has some BN statistics but not '{missing}'")
+            raise CheckpointError(f"{path} has some BN statistics but not '{missing}'")
         state = [_f32(tensors[s.name]) for s in net.state] if have else None
         what = f"{len(tensors)} named tensors"
     return InitTensors([_f32(tensors[p.name]) for p in net.params], state, what)
@@ -280,7 +280,7 @@ def load_region(path: Path, net, region: str, tensors=None, meta=None) -> list[n
         tensors, meta = read_tensors(path)
     have = (meta or {}).get("regions", [])
     if region not in have:
-        raise TrainError(f"{path} has no {region} weights (it holds: live{''.join(', ' + r for r in have)})",
+        raise CheckpointError(f"{path} has no {region} weights (it holds: live{''.join(', ' + r for r in have)})",
                          hint="--region live scores the trained weights; ema/swa exist when the run used "
                               "use_ema / use_swa")
     return [_f32(tensors[f"{region}.{p.name}"]) for p in net.params]
@@ -289,10 +289,10 @@ def load_region(path: Path, net, region: str, tensors=None, meta=None) -> list[n
 def read_flat(path: Path, what: str) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
-        raise TrainError(f"{what}: no such file: {path}")
+        raise CheckpointError(f"{what}: no such file: {path}")
     size = path.stat().st_size
     if size % 4:
-        raise TrainError(f"{what}: {path} has {size:,} bytes, not a whole number of float32 values")
+        raise CheckpointError(f"{what}: {path} has {size:,} bytes, not a whole number of float32 values")
     return np.fromfile(path, dtype="<f4")
 
 
@@ -307,10 +307,10 @@ def bn_companion(path: Path) -> Path:
 def _load_bin(path: Path, net) -> InitTensors:
     n = net.total_params
     if not path.is_file():
-        raise TrainError(f"no such parameter file: {path}")
+        raise CheckpointError(f"no such parameter file: {path}")
     size = path.stat().st_size
     if size != 4 * n:
-        raise TrainError(f"{path} has {size:,} bytes but the spec's {n:,} parameters need {4 * n:,} "
+        raise CheckpointError(f"{path} has {size:,} bytes but the spec's {n:,} parameters need {4 * n:,} "
                          f"(flat little-endian float32 in `lmc info --params` order)",
                          hint="was it saved from another spec?")
     flat = read_flat(path, "--init")
@@ -355,7 +355,7 @@ def apply_bootstrap(params: list[np.ndarray], state: list[np.ndarray], net, cfg)
         src_path, count = cfg.bootstrap_backbone
         src = read_flat(Path(src_path), "train.bootstrap_backbone")
         if count > len(src) or count > len(flat):
-            raise TrainError(f"train.bootstrap_backbone: prefix of {count:,} floats, but {src_path} has "
+            raise CheckpointError(f"train.bootstrap_backbone: prefix of {count:,} floats, but {src_path} has "
                              f"{len(src):,} and the spec {len(flat):,}")
         flat[:count] = src[:count]
         notes.append(f"bootstrap: first {count:,} floats from {src_path}")
@@ -367,10 +367,10 @@ def apply_bootstrap(params: list[np.ndarray], state: list[np.ndarray], net, cfg)
         src_path, dst, off, count = cfg.bootstrap_backbone_range
         src = read_flat(Path(src_path), "train.bootstrap_backbone_range")
         if off + count > len(src):
-            raise TrainError(f"train.bootstrap_backbone_range: source window [{off:,}, {off + count:,}) is "
+            raise CheckpointError(f"train.bootstrap_backbone_range: source window [{off:,}, {off + count:,}) is "
                              f"past the end of {src_path} ({len(src):,} floats)")
         if dst + count > len(flat):
-            raise TrainError(f"train.bootstrap_backbone_range: destination window [{dst:,}, {dst + count:,}) is "
+            raise CheckpointError(f"train.bootstrap_backbone_range: destination window [{dst:,}, {dst + count:,}) is "
                              f"past the end of the spec's {len(flat):,} parameters")
         flat[dst:dst + count] = src[off:off + count]
         notes.append(f"bootstrap: floats [{dst:,}, {dst + count:,}) from {src_path} [{off:,}, {off + count:,})")

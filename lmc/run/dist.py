@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import RunError, TrainError
 
 BUCKET_BYTES = 25 * 2 ** 20        # DDP's default bucket size
 DEFAULT_TIMEOUT = 300.0            # seconds a rank waits for the others in a collective
@@ -71,7 +71,7 @@ class Mpi:
         try:
             from mpi4py import MPI
         except ImportError:
-            raise TrainError("data-parallel training needs mpi4py and an MPI library",
+            raise RunError("data-parallel training needs mpi4py and an MPI library",
                              hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)") from None
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
@@ -233,7 +233,7 @@ def mpiexec() -> str:
         p = shutil.which(name)
         if p:
             return p
-    raise TrainError("--nproc needs an MPI launcher (mpiexec), and none is installed",
+    raise RunError("--nproc needs an MPI launcher (mpiexec), and none is installed",
                      hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel, which ships mpiexec)")
 
 
@@ -265,7 +265,7 @@ def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, 
     or 1 when a rank died."""
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
-        raise TrainError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
+        raise RunError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
     exe = mpiexec()
     env = dict(os.environ)
     cores = os.cpu_count() or 1

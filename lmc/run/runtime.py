@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.compile import RUNTIME_DRIVER, task_workers_env
-from lmc.core.errors import LmcError, TrainError
+from lmc.core.errors import RunError
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4     # glibc <malloc.h>
@@ -57,7 +57,7 @@ def yield_to_workers() -> int | None:
     try:
         want = int(raw)
     except ValueError:
-        raise LmcError(f"LMC_CALLER_NICE={raw!r}: expected an integer nice value, 0 (off) to 19") from None
+        raise RunError(f"LMC_CALLER_NICE={raw!r}: expected an integer nice value, 0 (off) to 19") from None
     tid = threading.get_native_id()
     if want <= 0 or tid in _reniced or not hasattr(os, "setpriority"):
         return None
@@ -119,7 +119,7 @@ class Module:
                                else rt.Config(name))
         except Exception as e:  # the runtime raises ValueError/RuntimeError variants per driver
             kind = {"hip": "HIP (AMD ROCm)", "cuda": "CUDA"}.get(name, name)
-            raise TrainError(f"no {kind} device found (runtime driver '{name}'): {str(e).splitlines()[0][:200]}",
+            raise RunError(f"no {kind} device found (runtime driver '{name}'): {str(e).splitlines()[0][:200]}",
                              hint="use --backend llvm-cpu on a machine without that GPU") from None
         self.device = self.config.device
         self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(vmfb))

@@ -1,6 +1,7 @@
 """The training recipe: `TrainConfig` (every field of the seed's TrainConfig, with the Lean
-kit's defaults), `LossKind`, `DatasetKind`, and the seed's derived rules (effective loss and
-optimizer, mutual exclusions)."""
+kit's defaults), `LossKind`, `DatasetKind`, and the seed's derivations (the effective loss, the
+mixing mode).  The rules that refuse a combination of fields live in the check stage
+(lmc/check/recipe.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +10,7 @@ from typing import Any
 
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Choice, OptimizerKind, coerce, show, snake
-from lmc.core.types import TensorType
-from lmc.losses import BOXES, CLASS, FLOAT, MASK, all_losses, dataset_need, default_loss, loss_class, loss_for
-from lmc.optim import OPTIMIZER_FIELDS, fields_read, selection
+from lmc.losses import BOXES, CLASS, FLOAT, MASK, all_losses, default_loss, loss_class
 
 REQUIRED = object()
 
@@ -202,26 +201,6 @@ _UNIT = {"label_smoothing", "momentum", "rmsprop_decay", "drop_path", "dropout",
          "ema_decay", "det_prior_pi"}
 # Probabilities, [0, 1]: "always" is a fine setting (and test_crop_ratio, a share: 1 = no crop).
 _PROB = {"random_erasing_prob", "fpn_affine_prob", "test_crop_ratio"}
-# Fields that only act under a switch: set (to a non-default value) with the switch off they
-# would be accepted and do nothing, so check_rules refuses them, naming the switch.
-DEPENDS = {
-    "mixup_alpha": "use_mixup", "cutmix_alpha": "use_cutmix", "knn_mixup_alpha": "use_knn_mixup",
-    "random_erasing_prob": "random_erasing", "focal_gamma": ("use_focal", "anchors", "fpn_scales"), "ema_decay": "use_ema",
-    "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
-    "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
-    "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
-    "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
-    "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
-    "fpn_affine_area_thr": "fpn_affine_prob", "fpn_affine_scale": "fpn_affine_prob",
-    "fpn_affine_translate": "fpn_affine_prob",
-}
-
-
-# Options of the YOLOv1 loss (the box-target loss in lmc/losses): refused under any other loss.
-YOLO_FIELDS = ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma",
-               "fpn_affine_prob", "fpn_affine_scale", "fpn_affine_translate")
-
-
 def _make_config_class():
     ns = {"__annotations__": {}}
     for name, t, d in _FIELDS + _LMC_FIELDS:
@@ -236,9 +215,10 @@ def _make_config_class():
 TrainConfig = _make_config_class()
 
 
-def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), dataset=None) -> "TrainConfig":
-    """YAML `train:` mapping → TrainConfig, every field checked; all errors reported at once.
-    `dataset` (the spec's DatasetKind, if any) takes part in the loss rules."""
+def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",)) -> "TrainConfig":
+    """YAML `train:` mapping → TrainConfig, every field's type and range checked; all errors
+    reported at once.  The rules between fields (and against the dataset and the net) are the
+    check stage's (lmc/check)."""
     loc = locs.get(path, Loc(file))
     if not isinstance(data, dict):
         raise SpecError(f"`train` must be a mapping of recipe fields, got {type(data).__name__}", loc)
@@ -273,9 +253,7 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",), data
             errors.append(SpecError(f"train.{name} is required ({'a number' if t is float else 'an integer'})", loc))
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
-    cfg = TrainConfig(**values)
-    check_rules(cfg, lambda name: locs.get(path + (orig.get(name, name),), loc), dataset)
-    return cfg
+    return TrainConfig(**values)
 
 
 # The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
@@ -312,134 +290,6 @@ def mixup_mode(cfg) -> str | None:
         return "knn_mixup"
     on = [m for m in ("mixup", "cutmix") if getattr(cfg, "use_" + m)]
     return "|".join(on) or None
-
-
-def check_rules(cfg, loc_of, dataset=None) -> None:
-    """The seed's mutual-exclusion rules (losses.md §1's table); `loc_of(field)` locates the
-    offending field.  `dataset` (a DatasetKind or its name) enables the rules that need it."""
-    errs = []
-
-    def flag(name):     # the option that set `name` on the command line, else None
-        at = loc_of(name)
-        return at if at is not None and at.is_flag else None
-
-    def err(msg, at, also=(), hint=None):
-        for name in also:   # the other field of the rule, if an option set it: say which
-            if flag(name):
-                msg += f" ({name} set by {flag(name).flag_with(getattr(cfg, name))})"
-        errs.append(SpecError(msg, loc_of(at), hint=hint))
-
-    def fix(name, need, other, most):   # a hint when an option set either side of `other` <= `name`
-        f, o = flag(name), flag(other)
-        if not (f or o):
-            return None
-        up = f"pass {f.flag_with(need)} or more" if f else f"raise {name} to {need}"
-        down = f"pass {o.flag_with(most)} or less" if o else f"lower {other}"
-        return f"{up}, or {down}"
-
-    ds = getattr(dataset, "value", dataset)
-    kind = effective_loss(cfg, ds)
-    loss = loss_for(kind)
-    if cfg.val_every_epochs > 1:        # the seed's ImageNet-streaming cadence (N <= 1: the default)
-        if ds != "imagenet":
-            err(f"val_every_epochs is the ImageNet cadence (dataset: imagenet), not for dataset {ds or '(none)'}",
-                "val_every_epochs", hint="set eval_every_n_epochs, lmc's cadence for every dataset")
-        elif cfg.eval_every_n_epochs != TRAIN_FIELDS["eval_every_n_epochs"][1]:
-            err("val_every_epochs and eval_every_n_epochs are two cadences for one evaluation: set one",
-                "val_every_epochs", also=("eval_every_n_epochs",))
-    for r in loss.focal_rules(cfg) if cfg.use_focal else []:
-        err(r.message, r.field, also=r.also, hint=r.hint)
-    for name, switches in DEPENDS.items():
-        # a field may serve several switches (focal_gamma: also the anchor path's focal objectness)
-        switch, *others = switches if isinstance(switches, tuple) else (switches,)
-        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
-            err(f"{name} has no effect without {switch}: true", name, also=(switch,),
-                hint=f"set {switch}: true, or drop {name}")
-    if cfg.fpn_affine_prob and not cfg.fpn_scales:
-        err("fpn_affine_prob moves the boxes of the FPN detector path (fpn_scales), which encodes its targets "
-            "after augmentation; the single-box and anchor paths' grid targets hold one box per cell",
-            "fpn_affine_prob", also=("fpn_scales",), hint="set fpn_scales (with an fpn_detect head), or drop fpn_affine_*")
-    if cfg.fpn_affine_prob and not (cfg.fpn_affine_scale or cfg.fpn_affine_translate):
-        err("fpn_affine_prob with fpn_affine_scale and fpn_affine_translate both 0 would change nothing",
-            "fpn_affine_prob", hint="set fpn_affine_scale and/or fpn_affine_translate")
-    if loss.label_format != BOXES:            # the YOLO loss is the one of box targets
-        for name in YOLO_FIELDS:
-            if getattr(cfg, name) != TRAIN_FIELDS[name][1]:
-                err(f"{name} is a YOLOv1-loss option, but the loss is {kind.kind}", name,
-                    hint="set use_yolov1: true (with a detection head), or drop it")
-    chosen, by = selection(cfg)
-    reads = fields_read(chosen, cfg)
-    for name in OPTIMIZER_FIELDS:
-        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
-            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
-            err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
-                hint=f"drop {name}, or choose an optimizer that uses it")
-    if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
-        err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
-            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
-    if cfg.use_tta and cfg.use_swag:
-        err("use_tta with use_swag: SWAG's eval already averages logits (over weight samples); TTA's views "
-            "of it are not implemented", "use_tta", also=("use_swag",))
-    if cfg.use_auto_augment and cfg.use_rand_augment:
-        err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
-            "use_rand_augment", also=("use_auto_augment",))
-    for other in ("use_mixup", "use_cutmix"):
-        if cfg.use_knn_mixup and getattr(cfg, other):
-            err(f"use_knn_mixup excludes {other} (KNN-mixup replaces the random partner; the seed lets it "
-                f"take precedence, which would leave {other} accepted and unused)", other,
-                also=("use_knn_mixup",), hint=f"drop {other} or use_knn_mixup")
-    if cfg.use_swag and not cfg.use_swa:
-        err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
-    # use_yolov1 asks for the box targets: a loss given explicitly must consume them
-    if cfg.use_yolov1 and loss.label_format != BOXES:
-        err(f"use_yolov1 conflicts with loss_kind {kind}", "loss_kind")
-    for r in loss.rules(cfg, soft_aug=mixup_mode(cfg) is not None):
-        err(r.message, r.field, also=r.also, hint=r.hint)
-    # added (seed DatasetKind): a dataset of masks or boxes needs a loss that consumes them
-    fmt = dataset_labels(ds)
-    if fmt != CLASS and loss.label_format != fmt:
-        err(f"dataset {ds} {dataset_need(fmt)}, not {kind}", "loss_kind")
-    if cfg.use_muon and cfg.use_shampoo:
-        err("use_muon and use_shampoo are exclusive", "use_shampoo", also=("use_muon",))
-    for flag_name in ("use_muon", "use_shampoo"):
-        chosen = flag_name.removeprefix("use_")
-        if getattr(cfg, flag_name) and cfg.optimizer.value not in ("sgd", "adam", chosen):
-            err(f"{flag_name} conflicts with optimizer: {cfg.optimizer.value} ({flag_name} selects {chosen}, "
-                f"with AdamW for the other tensors)", flag_name, also=("optimizer",),
-                hint=f"drop {flag_name}, or set optimizer: {chosen}")
-    if cfg.bf16_conv and not cfg.bf16:
-        err("bf16_conv is only meaningful with bf16: true", "bf16_conv", also=("bf16",))
-    if cfg.warmup_epochs > cfg.epochs:
-        err(f"warmup_epochs ({cfg.warmup_epochs}) exceeds epochs ({cfg.epochs})", "warmup_epochs",
-            also=("epochs",), hint=fix("epochs", cfg.warmup_epochs, "warmup_epochs", cfg.epochs))
-    if cfg.use_swa and cfg.swa_start_epoch >= max(cfg.epochs, 1):
-        err(f"swa_start_epoch ({cfg.swa_start_epoch}) must be < epochs ({cfg.epochs})", "swa_start_epoch",
-            also=("epochs",), hint=fix("epochs", cfg.swa_start_epoch + 1, "swa_start_epoch",
-                                         max(cfg.epochs, 1) - 1))
-    if errs:
-        raise errs[0] if len(errs) == 1 else MultiError(errs)
-
-
-def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple | None = None,
-                      dataset=None) -> None:
-    """Rules that need the net: the loss's parameters against the class count
-    (Loss.check_classes), the head prior's length.  With the output's dims the loss's logits
-    layout is checked first (Loss.check_output: e.g. a per-pixel loss needs [B, NC, H, W], where
-    NC is then the class count; the one definition of that rule, lower.abi asks it through here)."""
-    loss = loss_for(effective_loss(cfg, dataset), cfg)
-    if output_dims is not None:
-        why = loss.check_output(TensorType(tuple(output_dims)))
-        if why:
-            by = "use_yolov1" if cfg.use_yolov1 and cfg.loss_kind == TRAIN_FIELDS["loss_kind"][1] else None
-            raise SpecError(f"{by}: {why}" if by else why, loc_of(by or "loss_kind"), hint=loss.rank_hint)
-        if loss.is_seg:          # per-pixel logits [B, NC, H, W] carry the class count in dim 1
-            num_classes = output_dims[1]
-    why = loss.check_classes(num_classes)
-    if why:
-        raise SpecError(why, loc_of("loss_kind"))
-    if cfg.head_prior_bias and num_classes and len(cfg.head_prior_bias) != num_classes:
-        raise SpecError(f"head_prior_bias has {len(cfg.head_prior_bias)} values but the net has "
-                        f"{num_classes} classes", loc_of("head_prior_bias"))
 
 
 def config_dict(cfg) -> dict:

@@ -244,7 +244,7 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
             dataset = attempt(lambda: _at(lambda: DatasetKind.parse(ds, "dataset"), ds_loc))
     train = None
     if "train" in data and data["train"] is not None:
-        train = attempt(parse_train, data["train"], locs, file, (orig["train"],), dataset)
+        train = attempt(parse_train, data["train"], locs, file, (orig["train"],))
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
     return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,

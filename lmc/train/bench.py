@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.compile import compile_module, resolve_backend
-from lmc.core.errors import TrainError
+from lmc.core.errors import RunError, TrainError
 from lmc.graph.infer import TypedNet
 from lmc.lower.lowering import abi, lower
 from lmc.run.runtime import Module
@@ -102,7 +102,7 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     t0 = time.perf_counter()
     try:
         m = Module(c.path, backend)
-    except TrainError as e:           # no such device here: the compile numbers still stand
+    except RunError as e:             # no such device here: the compile numbers still stand
         raise DeviceMissing(e.message, hint=e.hint, partial=compiled) from None
     load_s = time.perf_counter() - t0
     step, state = stepper(net, m)

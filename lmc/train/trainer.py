@@ -32,12 +32,11 @@ import numpy as np
 
 from lmc.run.checkpoint import (apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash,
     save_checkpoint)
-from lmc.spec.config import TRAIN_FIELDS
-from lmc.core.errors import LmcError, MultiError, TrainError
+from lmc.core.errors import TrainError
 from lmc.data.fit import load_data
 from lmc.evaluate.score import EvalResult, evaluate, evaluate_swag
 from lmc.evaluate.metrics import eval_format, save_predictions
-from lmc.graph.infer import check_recipe_fits
+from lmc.check import check
 from lmc.graph.init import apply_det_prior, apply_head_prior, init_tensors
 from lmc.train.schedule import learning_rate, schedule_name
 from lmc.compile import compile_module, resolve_backend
@@ -46,7 +45,7 @@ from lmc.data.batcher import TTA
 from lmc.data.mix import Mixer
 from lmc.data.policy import Policy
 from lmc.losses.boxes import BoxAffine
-from lmc.lower.lowering import abi, lower, unsupported
+from lmc.lower.lowering import abi, lower
 from lmc.lower.spectral import FINAL_CALLS, capped, initial_u
 from lmc.run import dist
 from lmc.run.dist import check_same, shard
@@ -59,9 +58,6 @@ CHECKPOINT = "last.npz"
 METRICS = "metrics.jsonl"
 VOCAB_FILE = "vocab.json"       # a char-level text run's vocabulary (also in every checkpoint's metadata)
 
-# Recipe switches the loop (or the lowering) does not implement yet; a spec that turns one on
-# is refused instead of silently training without it.
-_UNSUPPORTED = ("sync_bn",)
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100
@@ -104,36 +100,6 @@ class Summary:
     train_cpu_seconds: float = 0.0      # process CPU time (all threads) of the training steps
     rank: int = 0                       # data-parallel: this process's rank (0 reports)
     extra: dict = field(default_factory=dict)
-
-
-def check_recipe(cfg) -> None:
-    on = [f for f in _UNSUPPORTED if getattr(cfg, f) != TRAIN_FIELDS[f][1]]
-    if on:
-        raise TrainError(f"not implemented yet in lmc train: {', '.join('train.' + f for f in on)}",
-                         hint="remove these fields from the recipe (or set them to their defaults)")
-    if cfg.fp8.value != "off":
-        with_ = [f for f, on in (("use_ema", cfg.use_ema), ("use_swa", cfg.use_swa),
-                                  ("grad_accum_steps > 1", cfg.grad_accum_steps > 1),
-                                  ("spectral_cap", cfg.spectral_cap > 0)) if on]
-        if with_:
-            raise TrainError(f"not implemented yet: train.fp8 with {', '.join(with_)}")
-    if cfg.spectral_cap > 0 and cfg.grad_accum_steps > 1:
-        raise TrainError("not implemented yet: train.spectral_cap with grad_accum_steps > 1")
-    if cfg.exp_lr_decay_rate > 0 and cfg.exp_lr_decay_epochs <= 0:
-        raise TrainError("train.exp_lr_decay_epochs must be > 0 with exp_lr_decay_rate > 0")
-
-
-def refusals(net) -> list[LmcError]:
-    """What `lmc train` refuses in a valid spec, every item located: what lower.unsupported
-    lists (unlowered layers, loss, optimizer) and the recipe switches check_recipe refuses.
-    Trainer raises them before touching data or the compiler; `lmc validate` warns of each."""
-    errs = unsupported(net)
-    if net.spec.train is not None:
-        try:
-            check_recipe(net.spec.train)
-        except LmcError as e:
-            errs.append(e.located(net.spec.loc("train")))
-    return errs
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -213,21 +179,13 @@ class _Metrics:
 class Trainer:
     def __init__(self, net, opts: TrainOptions, console):
         self.net, self.opts, self.console = net, opts, console
-        self.cfg = cfg = net.spec.train
-        if cfg is None:
-            raise TrainError(f"{net.spec.file}: the spec has no `train:` recipe",
-                             hint="add train: {learning_rate: …, batch_size: …, epochs: …}")
-        check_recipe_fits(net)
-        errs = refusals(net)
-        if errs:
-            raise errs[0] if len(errs) == 1 else MultiError(errs)
+        self.cfg = net.spec.train
         self.world = dist.current(opts.dist_timeout)      # Single unless a launcher started ranks
         # the launching process (`--nproc N`, one process yet) checks what its ranks will
         W = self.world.size if self.world.size > 1 else opts.nproc
+        check(net, W).raise_all()          # every refusal, before any data is read or compiled
         self.abi = abi(net, W)
         self.gbatch = net.batch * self.world.size          # examples per step, all ranks together
-        if W > 1:
-            self._check_dist(W)
         if self.world.size > 1:
             if self.world.rank != 0:                      # rank 0 speaks and writes for the run
                 from rich.console import Console
@@ -247,20 +205,6 @@ class Trainer:
         self.last_loss: float | None = None
         self.last_ckpt_step: int | None = None
 
-    def _check_dist(self, W: int):
-        """What data-parallel training refuses: results that would depend on the rank count."""
-        cfg, loss = self.cfg, self.abi.loss
-        why = []
-        if not loss.batch_mean:
-            why.append(f"loss {loss.kind}: its batch value is not a mean of per-example terms (a ratio over the "
-                       f"batch, or a batch-wide statistic), so the mean of the ranks' gradients is not the global "
-                       f"batch's")
-        if cfg.fp8.value != "off":
-            why.append("train.fp8 (the projected step is the fused @train_step)")
-        if why:
-            raise TrainError(f"not implemented yet with {W} data-parallel ranks: " + "; ".join(why),
-                             hint="train with one process (no --nproc)")
-
     def log(self, text: str):
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
@@ -272,7 +216,7 @@ class Trainer:
         net, cfg, opts = self.net, self.cfg, self.opts
         self.backend = resolve_backend(opts.backend)
         W = self.world.size
-        text = lower(net, backend=self.backend, world=W)   # before the data: a refusal costs no loading
+        text = lower(net, backend=self.backend, world=W, the_abi=self.abi)   # before the data: a refusal costs no loading
         self.resumed = None
         if opts.resume:
             if not self.ckpt_path.exists():

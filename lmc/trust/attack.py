@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import TrustError
 from lmc.evaluate.interval import wilson95
 from lmc.trust.model import Model, batches, pad
 from lmc.evaluate.plot import save_percent_plot
@@ -46,18 +46,18 @@ class AttackResult:
 
 def check_args(eps: list[float], norm: str, steps: int, step_size: float | None, restarts: int) -> None:
     if norm not in NORMS:
-        raise TrainError(f"--norm {norm!r}: expected linf or l2")
+        raise TrustError(f"--norm {norm!r}: expected linf or l2")
     if not eps:
-        raise TrainError("--eps: give at least one radius, e.g. --eps 0,0.05,0.1")
+        raise TrustError("--eps: give at least one radius, e.g. --eps 0,0.05,0.1")
     bad = [e for e in eps if not np.isfinite(e) or e < 0]
     if bad:
-        raise TrainError(f"--eps: radii must be finite and ≥ 0, got {bad[0]:g}")
+        raise TrustError(f"--eps: radii must be finite and ≥ 0, got {bad[0]:g}")
     if steps < 1:
-        raise TrainError(f"--steps must be at least 1, got {steps}")
+        raise TrustError(f"--steps must be at least 1, got {steps}")
     if restarts < 1:
-        raise TrainError(f"--restarts must be at least 1, got {restarts}")
+        raise TrustError(f"--restarts must be at least 1, got {restarts}")
     if step_size is not None and (not np.isfinite(step_size) or step_size <= 0):
-        raise TrainError(f"--step-size must be > 0, got {step_size:g}")
+        raise TrustError(f"--step-size must be > 0, got {step_size:g}")
 
 
 def _norms(d: np.ndarray, norm: str) -> np.ndarray:

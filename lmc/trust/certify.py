@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import TrustError
 from lmc.trust.model import Model, pad
 from lmc.trust.stats import clopper_pearson_lower
 from lmc.evaluate.plot import save_percent_plot
@@ -40,15 +40,15 @@ class Cert:
 
 def check_args(sigma: float, n0: int, n: int, alpha: float, radii: list[float]) -> None:
     if not np.isfinite(sigma) or sigma <= 0:
-        raise TrainError(f"--sigma must be > 0, got {sigma:g}")
+        raise TrustError(f"--sigma must be > 0, got {sigma:g}")
     if n0 < 1:
-        raise TrainError(f"--n0 must be at least 1, got {n0}")
+        raise TrustError(f"--n0 must be at least 1, got {n0}")
     if n < n0:
-        raise TrainError(f"--n ({n}) must be at least --n0 ({n0}): the estimate needs more draws than the selection")
+        raise TrustError(f"--n ({n}) must be at least --n0 ({n0}): the estimate needs more draws than the selection")
     if not 0 < alpha < 0.5:
-        raise TrainError(f"--alpha must be in (0, 0.5), got {alpha:g}")
+        raise TrustError(f"--alpha must be in (0, 0.5), got {alpha:g}")
     if any(not np.isfinite(r) or r < 0 for r in radii):
-        raise TrainError("--radii must be finite and ≥ 0")
+        raise TrustError("--radii must be finite and ≥ 0")
 
 
 def _votes(m: Model, x: np.ndarray, sigma: float, count: int, rng) -> np.ndarray:

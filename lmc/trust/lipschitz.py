@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import TrustError
 from lmc.prims.norm import EPS
 
 ACT_BOUND = {"relu": 1.0, "relu6": 1.0, "sigmoid": 0.25, "h_sigmoid": 1.0 / 6.0, "h_swish": 1.5}
@@ -63,7 +63,7 @@ def _prim_bound(node, params: dict, state: dict, net) -> float:
         mean_var = [state[s.name] for s in node.state]
         var = mean_var[1] if len(mean_var) == 2 else None
         if var is None:
-            raise TrainError(f"layer {node.layer}: batch_norm without running statistics has no eval-mode bound")
+            raise TrustError(f"layer {node.layer}: batch_norm without running statistics has no eval-mode bound")
         return float(np.max(np.abs(p[0].astype(np.float64)) / np.sqrt(var.astype(np.float64) + EPS)))
     if name == "act" and attrs.get("kind") in ACT_BOUND:
         return ACT_BOUND[attrs["kind"]]
@@ -76,7 +76,7 @@ def _prim_bound(node, params: dict, state: dict, net) -> float:
         return 1.0
     what = f"{name} ({attrs.get('kind')})" if name == "act" else name
     kind = net.layers[node.layer].kind if node.layer >= 0 else "?"
-    raise TrainError(f"layer {node.layer} ({kind}): no Lipschitz bound for the primitive {what}",
+    raise TrustError(f"layer {node.layer} ({kind}): no Lipschitz bound for the primitive {what}",
                      hint="lmc lipschitz bounds dense, conv, batch_norm (eval), relu/relu6/sigmoid/h_sigmoid/"
                           "h_swish, max_pool, global_avg_pool, flatten and residual adds")
 
@@ -102,7 +102,7 @@ def lipschitz(net, params: list[np.ndarray], state: list[np.ndarray]) -> tuple[f
             prims.append(Bound(node.layer, "add", float(len(ins))))
         else:
             if len(ins) != 1:
-                raise TrainError(f"layer {node.layer}: no Lipschitz bound for {node.prim.name} with {len(ins)} inputs")
+                raise TrustError(f"layer {node.layer}: no Lipschitz bound for {node.prim.name} with {len(ins)} inputs")
             b = _prim_bound(node, P, S, net)
             lip[node.out.id] = b * lip[ins[0].id]
             local[node.out.id] = b * loc_in[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.core.errors import TrainError
+from lmc.core.errors import TrustError
 from lmc.compile import compile_module, resolve_backend
 from lmc.data.fit import load_data
 from lmc.evaluate.checkpoint import EVAL_REGIONS
@@ -56,7 +56,7 @@ def host(a) -> np.ndarray:
 def check_classifier(net) -> None:
     """The trust tools judge top-1 of a classifier: the net must end in [batch, classes] logits."""
     if net.num_classes is None:
-        raise TrainError(f"{net.spec.file}: the net's output is {list(net.output.type.dims)}, not classifier "
+        raise TrustError(f"{net.spec.file}: the net's output is {list(net.output.type.dims)}, not classifier "
                          f"logits [batch, classes]", hint="the trust tools score top-1 of a classification head")
 
 
@@ -65,10 +65,10 @@ def load_weights(net, init: Path, region: str = "auto"):
     another spec (load_init names the first tensor that differs) or lacks BN statistics."""
     init = Path(init)
     if region not in EVAL_REGIONS or region == "swag":
-        raise TrainError(f"--region {region!r}: expected one of auto, live, ema, swa")
+        raise TrustError(f"--region {region!r}: expected one of auto, live, ema, swa")
     got = load_init(init, net)
     if net.state and got.state is None:
-        raise TrainError(f"{init} has no BN running statistics, which the forward needs for this net",
+        raise TrustError(f"{init} has no BN running statistics, which the forward needs for this net",
                          hint="use an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them")
     tensors, meta = read_tensors(init) if init.suffix == ".npz" else (None, None)
     if region == "auto":
@@ -86,9 +86,9 @@ def load_model(net, init: Path, data, backend, chip, log, functions: str = "forw
     checkpoint's weights, load the validation split (its first `limit` examples)."""
     check_classifier(net)
     if limit is not None and limit < 1:
-        raise TrainError(f"--limit must be at least 1, got {limit}")
+        raise TrustError(f"--limit must be at least 1, got {limit}")
     if functions == "input_grad" and net.spec.train is None:
-        raise TrainError(f"{net.spec.file}: the attack differentiates the recipe's loss, but the spec has no `train:`")
+        raise TrustError(f"{net.spec.file}: the attack differentiates the recipe's loss, but the spec has no `train:`")
     params, state, region, what = load_weights(net, init, region)
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
@@ -96,7 +96,7 @@ def load_model(net, init: Path, data, backend, chip, log, functions: str = "forw
     if limit is not None:
         x, y = x[:limit], y[:limit]
     if len(x) == 0:
-        raise TrainError(f"{ds.name} has no validation examples to judge the net on")
+        raise TrustError(f"{ds.name} has no validation examples to judge the net on")
     b = resolve_backend(backend)
     c = compile_module(lower(net, functions, backend=b), None, b, chip)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); {len(x):,} validation "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.core.errors import LmcError
+from lmc.core.errors import TrustError
 from lmc.evaluate.interval import wilson95
 from lmc.run.checkpoint import atomic_write
 
@@ -38,7 +38,7 @@ def mcnemar(a: np.ndarray, b: np.ndarray) -> McNemar:
     a = np.asarray(a).astype(bool)
     b_ = np.asarray(b).astype(bool)
     if a.shape != b_.shape:
-        raise LmcError(f"the bitmaps have different lengths ({a.size:,} vs {b_.size:,}): a paired test needs "
+        raise TrustError(f"the bitmaps have different lengths ({a.size:,} vs {b_.size:,}): a paired test needs "
                        f"the same examples in the same order",
                        hint="dump both with `lmc eval --dump-correct` on the same spec's validation split")
     from scipy import stats
@@ -58,15 +58,15 @@ def load_bitmap(path: Path) -> np.ndarray:
     """A correctness bitmap written by `lmc eval --dump-correct`: a 1-D .npy of 0/1 values."""
     path = Path(path)
     if not path.is_file():
-        raise LmcError(f"no such bitmap file: {path}")
+        raise TrustError(f"no such bitmap file: {path}")
     try:
         a = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise LmcError(f"{path}: not a readable .npy file ({e})") from None
+        raise TrustError(f"{path}: not a readable .npy file ({e})") from None
     if a.ndim != 1 or a.size == 0:
-        raise LmcError(f"{path}: expected a non-empty 1-D bitmap (one 0/1 entry per example), got shape {list(a.shape)}")
+        raise TrustError(f"{path}: expected a non-empty 1-D bitmap (one 0/1 entry per example), got shape {list(a.shape)}")
     if not np.isin(a, (0, 1)).all():
-        raise LmcError(f"{path}: expected 0/1 entries (per-example correctness), found other values",
+        raise TrustError(f"{path}: expected 0/1 entries (per-example correctness), found other values",
                        hint="write bitmaps with `lmc eval --dump-correct FILE.npy`")
     return a.astype(np.uint8)
 

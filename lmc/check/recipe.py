@@ -1,0 +1,142 @@
+"""The recipe's rules between fields: the seed's mutual exclusions (losses.md §1's table), fields
+that act only under a switch, the loss's own rules (Loss.rules / focal_rules, asked through its
+registry entry) and the optimizers' (who reads which field: lmc/optim `fields_read`).  Every
+problem is collected, located by `loc_of(field)`."""
+from __future__ import annotations
+
+from lmc.core.errors import MultiError, SpecError
+from lmc.losses import BOXES, CLASS, dataset_need, loss_for
+from lmc.optim import OPTIMIZER_FIELDS, fields_read, selection
+from lmc.spec.config import TRAIN_FIELDS, dataset_labels, effective_loss, mixup_mode
+
+
+# Fields that only act under a switch: set (to a non-default value) with the switch off they
+# would be accepted and do nothing, so check_rules refuses them, naming the switch.
+DEPENDS = {
+    "mixup_alpha": "use_mixup", "cutmix_alpha": "use_cutmix", "knn_mixup_alpha": "use_knn_mixup",
+    "random_erasing_prob": "random_erasing", "focal_gamma": ("use_focal", "anchors", "fpn_scales"), "ema_decay": "use_ema",
+    "swa_start_epoch": "use_swa", "swag_k": "use_swag", "swag_samples": "use_swag", "tta_samples": "use_tta",
+    "rand_augment_n": "use_rand_augment", "rand_augment_m": "use_rand_augment",
+    "rand_augment_geometric": "use_rand_augment", "rand_augment_mstd": "rand_augment_geometric",
+    "rand_augment_inc": "rand_augment_geometric", "spectral_every": "spectral_cap",
+    "exp_lr_decay_epochs": "exp_lr_decay_rate", "fpn_affine_wh_thr_px": "fpn_affine_prob",
+    "fpn_affine_area_thr": "fpn_affine_prob", "fpn_affine_scale": "fpn_affine_prob",
+    "fpn_affine_translate": "fpn_affine_prob",
+}
+
+
+# Options of the YOLOv1 loss (the box-target loss in lmc/losses): refused under any other loss.
+YOLO_FIELDS = ("use_diou_box", "anchors", "fpn_scales", "yolo_cls_weights", "yolo_cls_focal_gamma",
+               "fpn_affine_prob", "fpn_affine_scale", "fpn_affine_translate")
+
+
+def problems(cfg, loc_of, dataset=None) -> list[SpecError]:
+    """The seed's mutual-exclusion rules (losses.md §1's table); `loc_of(field)` locates the
+    offending field.  `dataset` (a DatasetKind or its name) enables the rules that need it."""
+    errs = []
+
+    def flag(name):     # the option that set `name` on the command line, else None
+        at = loc_of(name)
+        return at if at is not None and at.is_flag else None
+
+    def err(msg, at, also=(), hint=None):
+        for name in also:   # the other field of the rule, if an option set it: say which
+            if flag(name):
+                msg += f" ({name} set by {flag(name).flag_with(getattr(cfg, name))})"
+        errs.append(SpecError(msg, loc_of(at), hint=hint))
+
+    def fix(name, need, other, most):   # a hint when an option set either side of `other` <= `name`
+        f, o = flag(name), flag(other)
+        if not (f or o):
+            return None
+        up = f"pass {f.flag_with(need)} or more" if f else f"raise {name} to {need}"
+        down = f"pass {o.flag_with(most)} or less" if o else f"lower {other}"
+        return f"{up}, or {down}"
+
+    ds = getattr(dataset, "value", dataset)
+    kind = effective_loss(cfg, ds)
+    loss = loss_for(kind)
+    if cfg.val_every_epochs > 1:        # the seed's ImageNet-streaming cadence (N <= 1: the default)
+        if ds != "imagenet":
+            err(f"val_every_epochs is the ImageNet cadence (dataset: imagenet), not for dataset {ds or '(none)'}",
+                "val_every_epochs", hint="set eval_every_n_epochs, lmc's cadence for every dataset")
+        elif cfg.eval_every_n_epochs != TRAIN_FIELDS["eval_every_n_epochs"][1]:
+            err("val_every_epochs and eval_every_n_epochs are two cadences for one evaluation: set one",
+                "val_every_epochs", also=("eval_every_n_epochs",))
+    for r in loss.focal_rules(cfg) if cfg.use_focal else []:
+        err(r.message, r.field, also=r.also, hint=r.hint)
+    for name, switches in DEPENDS.items():
+        # a field may serve several switches (focal_gamma: also the anchor path's focal objectness)
+        switch, *others = switches if isinstance(switches, tuple) else (switches,)
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and not any(getattr(cfg, s) for s in (switch, *others)):
+            err(f"{name} has no effect without {switch}: true", name, also=(switch,),
+                hint=f"set {switch}: true, or drop {name}")
+    if cfg.fpn_affine_prob and not cfg.fpn_scales:
+        err("fpn_affine_prob moves the boxes of the FPN detector path (fpn_scales), which encodes its targets "
+            "after augmentation; the single-box and anchor paths' grid targets hold one box per cell",
+            "fpn_affine_prob", also=("fpn_scales",), hint="set fpn_scales (with an fpn_detect head), or drop fpn_affine_*")
+    if cfg.fpn_affine_prob and not (cfg.fpn_affine_scale or cfg.fpn_affine_translate):
+        err("fpn_affine_prob with fpn_affine_scale and fpn_affine_translate both 0 would change nothing",
+            "fpn_affine_prob", hint="set fpn_affine_scale and/or fpn_affine_translate")
+    if loss.label_format != BOXES:            # the YOLO loss is the one of box targets
+        for name in YOLO_FIELDS:
+            if getattr(cfg, name) != TRAIN_FIELDS[name][1]:
+                err(f"{name} is a YOLOv1-loss option, but the loss is {kind.kind}", name,
+                    hint="set use_yolov1: true (with a detection head), or drop it")
+    chosen, by = selection(cfg)
+    reads = fields_read(chosen, cfg)
+    for name in OPTIMIZER_FIELDS:
+        if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
+            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
+            err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
+                hint=f"drop {name}, or choose an optimizer that uses it")
+    if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
+        err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
+            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
+    if cfg.use_tta and cfg.use_swag:
+        err("use_tta with use_swag: SWAG's eval already averages logits (over weight samples); TTA's views "
+            "of it are not implemented", "use_tta", also=("use_swag",))
+    if cfg.use_auto_augment and cfg.use_rand_augment:
+        err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
+            "use_rand_augment", also=("use_auto_augment",))
+    for other in ("use_mixup", "use_cutmix"):
+        if cfg.use_knn_mixup and getattr(cfg, other):
+            err(f"use_knn_mixup excludes {other} (KNN-mixup replaces the random partner; the seed lets it "
+                f"take precedence, which would leave {other} accepted and unused)", other,
+                also=("use_knn_mixup",), hint=f"drop {other} or use_knn_mixup")
+    if cfg.use_swag and not cfg.use_swa:
+        err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
+    # use_yolov1 asks for the box targets: a loss given explicitly must consume them
+    if cfg.use_yolov1 and loss.label_format != BOXES:
+        err(f"use_yolov1 conflicts with loss_kind {kind}", "loss_kind")
+    for r in loss.rules(cfg, soft_aug=mixup_mode(cfg) is not None):
+        err(r.message, r.field, also=r.also, hint=r.hint)
+    # added (seed DatasetKind): a dataset of masks or boxes needs a loss that consumes them
+    fmt = dataset_labels(ds)
+    if fmt != CLASS and loss.label_format != fmt:
+        err(f"dataset {ds} {dataset_need(fmt)}, not {kind}", "loss_kind")
+    if cfg.use_muon and cfg.use_shampoo:
+        err("use_muon and use_shampoo are exclusive", "use_shampoo", also=("use_muon",))
+    for flag_name in ("use_muon", "use_shampoo"):
+        chosen = flag_name.removeprefix("use_")
+        if getattr(cfg, flag_name) and cfg.optimizer.value not in ("sgd", "adam", chosen):
+            err(f"{flag_name} conflicts with optimizer: {cfg.optimizer.value} ({flag_name} selects {chosen}, "
+                f"with AdamW for the other tensors)", flag_name, also=("optimizer",),
+                hint=f"drop {flag_name}, or set optimizer: {chosen}")
+    if cfg.bf16_conv and not cfg.bf16:
+        err("bf16_conv is only meaningful with bf16: true", "bf16_conv", also=("bf16",))
+    if cfg.warmup_epochs > cfg.epochs:
+        err(f"warmup_epochs ({cfg.warmup_epochs}) exceeds epochs ({cfg.epochs})", "warmup_epochs",
+            also=("epochs",), hint=fix("epochs", cfg.warmup_epochs, "warmup_epochs", cfg.epochs))
+    if cfg.use_swa and cfg.swa_start_epoch >= max(cfg.epochs, 1):
+        err(f"swa_start_epoch ({cfg.swa_start_epoch}) must be < epochs ({cfg.epochs})", "swa_start_epoch",
+            also=("epochs",), hint=fix("epochs", cfg.swa_start_epoch + 1, "swa_start_epoch",
+                                         max(cfg.epochs, 1) - 1))
+    return errs
+
+
+def check_rules(cfg, loc_of, dataset=None) -> None:
+    """`problems`, raised: the first alone, or all of them."""
+    errs = problems(cfg, loc_of, dataset)
+    if errs:
+        raise errs[0] if len(errs) == 1 else MultiError(errs)
