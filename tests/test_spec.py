@@ -10,11 +10,13 @@ from textwrap import dedent
 import pytest
 
 from lmc.check import check
+from lmc.optim import optimizer_names
 from lmc.check.net import check_against_net
 from lmc.check.recipe import check_rules
-from lmc.spec.config import TRAIN_FIELDS, DatasetKind, LossKind, TrainConfig, _FIELDS, effective_loss, mixup_mode, parse_train
+from lmc.spec.config import (TRAIN_FIELDS, DatasetKind, LossKind, OptimizerKind, TrainConfig, _FIELDS, effective_loss,
+    mixup_mode, parse_train)
 from lmc.core.errors import LmcError, MultiError, ShapeError, SpecError
-from lmc.core.fields import MAX_INT, Activation, OptimizerKind, Padding, PadStyle, coerce, snake
+from lmc.core.fields import MAX_INT, Activation, Padding, PadStyle, coerce, snake
 from lmc.graph.infer import infer
 from lmc.layers._common import pads
 from lmc.spec.netspec import load_spec
@@ -549,7 +551,7 @@ def test_train_field_values():
         ("  momentum: .nan\n", "train.momentum: expected a finite number, got nan"),
         ("  anchors: [[1.0]]\n", "train.anchors[0]: expected a list of 2 values, got [1.0]"),
         ("  optimizer: adagrad\n",
-         "train.optimizer: expected one of sgd, adam, rmsprop, lamb, muon, shampoo, got 'adagrad'"),
+         f"train.optimizer: expected one of {', '.join(optimizer_names())}, got 'adagrad'"),
         ("  seed: -1\n", "train.seed: expected an integer in [0, 2147483647], got -1"),
         ("  grad_accum_steps: 0\n", "train.grad_accum_steps: expected an integer in [1, 2147483647], got 0"),
     ]:
@@ -693,8 +695,10 @@ def test_optimizer_selection():
     assert rule_errors("  optimizer: lamb\n  use_muon: true\n") == [
         (6, "use_muon conflicts with optimizer: lamb (use_muon selects muon, with AdamW for the other tensors)")]
     assert rule_errors("  optimizer: shampoo\n  use_shampoo: true\n") == []
-    assert [OptimizerKind.parse(v, "o") for v in ("sgd", ".adam", "rmsprop", "lamb", "muon", "shampoo")] == \
-        list(OptimizerKind)
+    names = [m.value for m in OptimizerKind]
+    assert names[:6] == ["sgd", "adam", "rmsprop", "lamb", "muon", "shampoo"]     # the seed's, in its order
+    assert names == optimizer_names()          # then every other registered optimizer
+    assert [OptimizerKind.parse(v, "o") for v in ("sgd", ".adam", *names[2:])] == list(OptimizerKind)
 
 
 def test_weighted_ce_weights_must_match_class_count():

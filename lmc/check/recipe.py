@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lmc.core.errors import MultiError, SpecError
 from lmc.losses import BOXES, CLASS, dataset_need, loss_for
-from lmc.optim import OPTIMIZER_FIELDS, fields_read, selection
+from lmc.optim import OPTIMIZER_FIELDS, fields_read, optimizer_names, selection
 from lmc.spec.config import TRAIN_FIELDS, dataset_labels, effective_loss, mixup_mode
 
 
@@ -87,7 +87,7 @@ def problems(cfg, loc_of, dataset=None) -> list[SpecError]:
     reads = fields_read(chosen, cfg)
     for name in OPTIMIZER_FIELDS:
         if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
-            users = sorted(o for o in ("sgd", "rmsprop", "muon", "adam", "lamb", "shampoo") if name in fields_read(o, cfg))
+            users = sorted(o for o in optimizer_names() if name in fields_read(o, cfg))
             err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),
                 hint=f"drop {name}, or choose an optimizer that uses it")
     if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):

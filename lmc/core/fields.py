@@ -65,15 +65,6 @@ class PadStyle(Choice):
     symmetric = "symmetric"
 
 
-class OptimizerKind(Choice):
-    sgd = "sgd"
-    adam = "adam"
-    rmsprop = "rmsprop"
-    lamb = "lamb"
-    muon = "muon"
-    shampoo = "shampoo"
-
-
 def show(value: Any, limit: int = 60) -> str:
     """repr() for error messages, cut short: a value can be a 5000-digit number or a long list."""
     try:

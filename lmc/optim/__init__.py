@@ -47,6 +47,9 @@ class Optimizer:
     # small MLP has no tensor it applies to (Muon, Shampoo: dense weights ≥ 16); the test appends
     # its dense head.  None: the default grid net
     oracle_net: ClassVar[tuple | None] = None
+    # its place in the seed's OptimizerKind (the order `optimizer:`'s choices are listed in);
+    # None for an optimizer the seed does not name (listed after, by name)
+    seed_index: ClassVar[int | None] = None
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -89,11 +92,18 @@ def _load():
     discover(__name__, __path__)
 
 
+def optimizer_names() -> list[str]:
+    """Every registered optimizer, in the seed's order, then the others by name: the values
+    `train.optimizer` accepts (spec.config.OptimizerKind is made from this)."""
+    opts = all_optimizers()
+    return sorted(opts, key=lambda n: (opts[n].seed_index is None, opts[n].seed_index or 0, n))
+
+
 def select(cfg) -> str:
     """The optimizer the recipe asks for — the one place this is decided.  The seed's IREE-path
     booleans first, as that path reads them: use_shampoo, then use_muon (each with AdamW for the
     tensors it does not act on, so `optimizer: adam` or `use_adam` alongside is consistent; any
-    other `optimizer` is a conflict, refused by config.check_rules, as is muon with shampoo);
+    other `optimizer` is a conflict, refused by the check stage, as is muon with shampoo);
     then `optimizer` when it is not the default sgd; then use_adam; else sgd."""
     return selection(cfg)[0]
 
@@ -111,7 +121,7 @@ def selection(cfg) -> tuple[str, str]:
 
 
 # recipe fields only some optimizers read: set with an optimizer that does not, they would do
-# nothing (config.check_rules refuses them, naming who reads them)
+# nothing (the check stage refuses them, naming who reads them)
 OPTIMIZER_FIELDS = ("momentum", "rmsprop_decay", "rmsprop_eps")
 
 

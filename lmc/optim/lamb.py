@@ -12,6 +12,7 @@ from lmc.optim.adam import Adam, adam_direction
 
 @register("lamb")
 class Lamb(Optimizer):
+    seed_index = 3
     slots = ("m", "v")
     hp = ("beta1", "beta2", "eps", "t")
     examples = [({"learning_rate": 0.01, "optimizer": "lamb"}, [("", {}), ("wd", {"weight_decay": 0.05})]),

@@ -29,6 +29,7 @@ MIN_DIM = 16
 
 @register("muon")
 class Muon(Optimizer):
+    seed_index = 4
     slots = ("momentum",)
     hp = ("mu", "eps")
     fallback = "adam"

@@ -12,6 +12,7 @@ from lmc.optim import Optimizer, register
 
 @register("rmsprop")
 class RMSprop(Optimizer):
+    seed_index = 2
     slots = ("v", "buf")
     hp = ("rho", "eps", "mu")
     examples = [({"learning_rate": 0.01, "optimizer": "rmsprop", "momentum": 0.9},

@@ -25,6 +25,7 @@ MIN_DIM = 16
 
 @register("shampoo")
 class Shampoo(Optimizer):
+    seed_index = 5
     slots = ("L", "R")
     hp = ("beta", "eps")
     fallback = "adam"

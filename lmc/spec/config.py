@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmc.core.errors import Loc, MultiError, SpecError
-from lmc.core.fields import Choice, OptimizerKind, coerce, show, snake
+from lmc.core.fields import Choice, coerce, show, snake
 from lmc.losses import BOXES, CLASS, FLOAT, MASK, all_losses, default_loss, loss_class
+from lmc.optim import optimizer_names
 
 REQUIRED = object()
 
@@ -31,6 +32,11 @@ class DatasetKind(Choice):
     digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
     digits_det = "digits_det"          # embedded: 64x64 mosaics of digits with YOLO box targets
     text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
+
+
+# `train.optimizer`'s values: every optimizer of the registry (lmc/optim), made from it as
+# LossKind's are from the losses', so a new optimizer is one module and one template.
+OptimizerKind = Choice("OptimizerKind", [(n, n) for n in optimizer_names()])
 
 
 @dataclass(frozen=True, init=False)
