@@ -16,6 +16,7 @@ def adam_direction(xp, g, slots, beta1, beta2, eps, t):
 @register("adam")
 class Adam(Optimizer):
     seed_index = 1
+    digits_mlp = {"adam": ()}
     slots = ("m", "v")
     hp = ("beta1", "beta2", "eps", "t")
     examples = [({"learning_rate": 0.01, "use_adam": True}, [("", {}), ("adamw", {"weight_decay": 0.05})]),

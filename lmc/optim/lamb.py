@@ -13,6 +13,7 @@ from lmc.optim.adam import Adam, adam_direction
 @register("lamb")
 class Lamb(Optimizer):
     seed_index = 3
+    digits_mlp = {"lamb": ("train.optimizer=lamb", "train.use_adam=false", "train.learning_rate=0.01")}
     slots = ("m", "v")
     hp = ("beta1", "beta2", "eps", "t")
     examples = [({"learning_rate": 0.01, "optimizer": "lamb"}, [("", {}), ("wd", {"weight_decay": 0.05})]),

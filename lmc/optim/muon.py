@@ -30,6 +30,7 @@ MIN_DIM = 16
 @register("muon")
 class Muon(Optimizer):
     seed_index = 4
+    digits_mlp = {"muon": ("train.optimizer=muon", "train.learning_rate=0.02", "train.momentum=0.95")}
     slots = ("momentum",)
     hp = ("mu", "eps")
     fallback = "adam"

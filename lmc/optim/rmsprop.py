@@ -13,6 +13,8 @@ from lmc.optim import Optimizer, register
 @register("rmsprop")
 class RMSprop(Optimizer):
     seed_index = 2
+    digits_mlp = {"rmsprop": ("train.optimizer=rmsprop", "train.use_adam=false", "train.learning_rate=0.001",
+                               "train.momentum=0.9")}
     slots = ("v", "buf")
     hp = ("rho", "eps", "mu")
     examples = [({"learning_rate": 0.01, "optimizer": "rmsprop", "momentum": 0.9},

@@ -8,6 +8,8 @@ from lmc.optim import Optimizer, register
 @register("sgd")
 class SGD(Optimizer):
     seed_index = 0
+    digits_mlp = {"sgd": ("train.use_adam=false", "train.learning_rate=0.5"),
+                   "momentum": ("train.use_adam=false", "train.learning_rate=0.05", "train.momentum=0.9")}
     hp = ("mu",)
     examples = [({"learning_rate": 0.1}, [("", {}), ("wd", {"weight_decay": 0.05})]),
                 ({"learning_rate": 0.1, "momentum": 0.9, "wd_exclude_norm_bias": True},

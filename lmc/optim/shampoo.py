@@ -26,6 +26,7 @@ MIN_DIM = 16
 @register("shampoo")
 class Shampoo(Optimizer):
     seed_index = 5
+    digits_mlp = {"shampoo": ("train.optimizer=shampoo", "train.learning_rate=0.002")}
     slots = ("L", "R")
     hp = ("beta", "eps")
     fallback = "adam"
