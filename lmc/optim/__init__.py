@@ -80,6 +80,13 @@ class Optimizer:
         step is linear in g with gain lr (SGD)."""
         return None
 
+    @classmethod
+    def step_gain(cls, old: dict, new: dict, **hp):
+        """`error_gain` given the step's slots before (`old`) and after (`new`): an update that is
+        not a smooth function of the new slots alone (Lion's sign of an interpolation of the old
+        momentum and the gradient) needs both.  By default, error_gain(new)."""
+        return cls.error_gain(new, **hp)
+
     @staticmethod
     def reference(xp, w, g, slots: dict, lr, wd, decay: bool, **hp):
         """(w', slots') in float64: the update this optimizer's template must compute."""
