@@ -1,0 +1,43 @@
+"""Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the update is the
+sign of an interpolation of the momentum and the gradient, so every element moves by exactly lr
+(plus decay):  u = sign(β1·m + (1−β1)·g);  θ' = θ − lr·(u + λ·θ) (decoupled weight decay λ on
+the old θ, where the tensor takes decay);  m' = β2·m + (1−β2)·g.  β1 0.9, β2 0.99 (the paper's
+defaults; runtime values, never baked in).  The paper's advice: lr 3–10× smaller than AdamW's,
+λ 3–10× larger.  sign(0) = 0 (stablehlo.sign, as jnp.sign and torch.sign)."""
+from __future__ import annotations
+
+import numpy as np
+
+from lmc.optim import Optimizer, register
+
+
+@register("lion")
+class Lion(Optimizer):
+    digits_mlp = {"lion": ("train.optimizer=lion", "train.use_adam=false", "train.learning_rate=0.001",
+                           "train.weight_decay=0.001")}
+    slots = ("m",)
+    hp = ("beta1", "beta2")
+    examples = [({"learning_rate": 0.001, "optimizer": "lion"}, [("", {}), ("wd", {"weight_decay": 0.1})]),
+                ({"learning_rate": 0.001, "optimizer": "lion", "wd_exclude_norm_bias": True},
+                 [("wd_excl", {"weight_decay": 0.1})])]
+
+    def hp_values(self, cfg):
+        return {"beta1": 0.9, "beta2": 0.99}
+
+    @classmethod
+    def step_gain(cls, old, new, beta1, beta2):
+        # sign(c) is not continuous: where |c| is small against the tensor's other elements, the
+        # f32 error of the gradient (which the oracle compares in float64) can flip it, a 2·lr
+        # difference that no first-order bound covers.  The oracle allows any step there (gain
+        # ∞) for |c| < 1% of the tensor's largest |c|, and holds every other element to the
+        # plain tolerance (c = β1·m + (1−β1)·g, g recovered from m' = β2·m + (1−β2)·g).
+        m, m2 = np.asarray(old["m"], np.float64), np.asarray(new["m"], np.float64)
+        c = np.abs(beta1 * m + (1 - beta1) * (m2 - beta2 * m) / (1 - beta2))
+        return np.where(c < 1e-2 * c.max(), np.inf, 0.0)
+
+    @staticmethod
+    def reference(xp, w, g, slots, lr, wd, decay, beta1, beta2):
+        u = xp.sign(beta1 * slots["m"] + (1 - beta1) * g)
+        if decay:
+            u = u + wd * w
+        return w - lr * u, {"m": beta2 * slots["m"] + (1 - beta2) * g}
