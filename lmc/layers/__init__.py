@@ -25,6 +25,13 @@ class Layer:
     kind: ClassVar[str]
     # (fields, input type without... i.e. the full [B, ...] input type) for tests and docs
     examples: ClassVar[list] = []
+    # inputs it must refuse, for the registry tests: [(fields, input dims, [texts the message
+    # holds])] — each a ShapeError located at the layer; [] for a kind that takes any shape.
+    # None (undeclared) fails the tests: every kind says how it refuses a misfit.
+    rejects: ClassVar[list | None] = None
+    # whether the seed's `inductive Layer` names it (tests/test_layers_registry.py holds the
+    # seed's list and checks fields and order against it); a kind of lmc's own sets False
+    from_seed: ClassVar[bool] = True
     # int fields for which 0 is a legal value
     zero_ok: ClassVar[frozenset] = frozenset()
 

@@ -31,6 +31,7 @@ class FireModule(Layer):
     expand1x1: int
     expand3x3: int
     examples: ClassVar = [(dict(ic=8, squeeze=2, expand1x1=4, expand3x3=4), TensorType((2, 8, 5, 5)))]
+    rejects: ClassVar = [(dict(ic=8, squeeze=2, expand1x1=4, expand3x3=4), (2, 6, 5, 5), ["ic=8", "6 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)
@@ -57,6 +58,8 @@ class InceptionModule(Layer):
     b4out: int
     examples: ClassVar = [(dict(ic=6, b1out=2, b2reduce=2, b2out=3, b3reduce=1, b3out=2, b4out=2),
                            TensorType((2, 6, 5, 5)))]
+    rejects: ClassVar = [(dict(ic=6, b1out=2, b2reduce=2, b2out=3, b3reduce=1, b3out=2, b4out=2), (2, 5, 5, 5),
+                         ["ic=6", "5 channels"])]
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.ic)
@@ -81,6 +84,7 @@ class AsppModule(Layer):
     ic: int
     oc: int
     examples: ClassVar = [(dict(ic=4, oc=3), TensorType((2, 4, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=3), (2, 2, 6, 6), ["ic=4", "2 channels"])]
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.ic)
@@ -126,6 +130,7 @@ class DarknetBlock(Layer):
     channels: int
     n_blocks: int
     examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5)))]
+    rejects: ClassVar = [(dict(channels=4, n_blocks=1), (2, 6, 5, 5), ["channels=4", "6 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.channels, "channels")
@@ -146,6 +151,7 @@ class CspBlock(Layer):
     oc: int
     n_blocks: int
     examples: ClassVar = [(dict(ic=4, oc=6, n_blocks=1), TensorType((2, 4, 5, 5)))]
+    rejects: ClassVar = [(dict(ic=4, oc=6, n_blocks=1), (2, 3, 5, 5), ["ic=4", "3 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)
@@ -170,6 +176,7 @@ class DenseBlock(Layer):
     growth_rate: int
     n_layers: int
     examples: ClassVar = [(dict(ic=4, growth_rate=2, n_layers=3), TensorType((2, 4, 5, 5)))]
+    rejects: ClassVar = [(dict(ic=4, growth_rate=2, n_layers=1), (2, 3, 5, 5), ["ic=4", "3 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)
@@ -195,6 +202,8 @@ class TransitionLayer(Layer):
     ic: int
     oc: int
     examples: ClassVar = [(dict(ic=6, oc=3), TensorType((2, 6, 4, 5)))]
+    rejects: ClassVar = [(dict(ic=6, oc=3), (2, 4, 4, 4), ["ic=6", "4 channels"]),
+                          (dict(ic=4, oc=8), (2, 4, 1, 1), ["1x1"])]
 
     def build(self, g, x, net):
         _, _, h, w = image(x.type, self.ic)
@@ -223,6 +232,8 @@ class ShuffleBlock(Layer):
     groups: int
     n_units: int
     examples: ClassVar = [(dict(ic=4, oc=16, groups=2, n_units=2), TensorType((2, 4, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=16, groups=3, n_units=1), (2, 4, 6, 6), ["groups=3", "4 channels"]),
+                          (dict(ic=8, oc=8, groups=2, n_units=1), (2, 8, 6, 6), ["oc=8", "ic=8"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)
@@ -264,6 +275,8 @@ class ShuffleV2Block(Layer):
     oc: int
     n_units: int
     examples: ClassVar = [(dict(ic=4, oc=8, n_units=2), TensorType((2, 4, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=8, n_units=1), (2, 5, 6, 6), ["ic=4", "5 channels"]),
+                          (dict(ic=4, oc=7, n_units=1), (2, 4, 6, 6), ["oc=7"])]
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.ic)

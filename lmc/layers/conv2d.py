@@ -21,6 +21,7 @@ class Conv2d(Layer):
     examples: ClassVar = [(dict(ic=3, oc=4, k_size=3), TensorType((2, 3, 6, 6))),
                           (dict(ic=2, oc=3, k_size=3, pad="valid", act="gelu"), TensorType((2, 2, 7, 7))),
                           (dict(ic=2, oc=2, k_size=2, act="swish"), TensorType((1, 2, 5, 5)))]
+    rejects: ClassVar = [(dict(ic=3, oc=4, k_size=3), (2, 5, 6, 6), ["ic=3", "5 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)

@@ -21,6 +21,7 @@ class ConvBn(Layer):
     examples: ClassVar = [(dict(ic=3, oc=4, k_size=3, stride=1), TensorType((2, 3, 5, 5))),
                           (dict(ic=2, oc=3, k_size=3, stride=2), TensorType((2, 2, 6, 6))),
                           (dict(ic=2, oc=3, k_size=7, stride=2), TensorType((1, 2, 9, 9)))]
+    rejects: ClassVar = [(dict(ic=3, oc=4, k_size=3), (2, 4, 6, 6), ["ic=3", "4 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)

@@ -23,6 +23,7 @@ class ConvNextStem(Layer):
     oc: int
     patch: int
     examples: ClassVar = [(dict(ic=3, oc=8, patch=4), TensorType((2, 3, 8, 8)))]
+    rejects: ClassVar = [(dict(ic=3, oc=8, patch=4), (2, 3, 8, 10), ["patch=4", "8x10"])]
 
     def build(self, g, x, net):
         _, _, h, w = image(x.type, self.ic)
@@ -47,6 +48,7 @@ class ConvNextStage(Layer):
     act: Activation = Activation.gelu
     examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5))),
                           (dict(channels=3, n_blocks=1, norm="bn", act="relu"), TensorType((2, 3, 7, 7)))]
+    rejects: ClassVar = [(dict(channels=4, n_blocks=1), (2, 3, 5, 5), ["channels=4", "3 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.channels, "channels")
@@ -75,6 +77,8 @@ class ConvNextDownsample(Layer):
     norm: Normalization = Normalization.ln
     examples: ClassVar = [(dict(ic=4, oc=8), TensorType((2, 4, 6, 6))),
                           (dict(ic=3, oc=5, norm="bn"), TensorType((2, 3, 5, 4)))]
+    rejects: ClassVar = [(dict(ic=4, oc=8), (2, 5, 6, 6), ["ic=4", "5 channels"]),
+                          (dict(ic=4, oc=8), (2, 4, 1, 6), ["1x6"])]
 
     def build(self, g, x, net):
         _, _, h, w = image(x.type, self.ic)

@@ -18,6 +18,8 @@ class Dense(Layer):
     act: Activation = Activation.identity
     examples: ClassVar = [(dict(fan_in=5, fan_out=3), TensorType((4, 5))),
                           (dict(fan_in=6, fan_out=4, act="relu"), TensorType((2, 6)))]
+    rejects: ClassVar = [(dict(fan_in=5, fan_out=3), (4, 6), ["fan_in=5", "6 features"]),
+                          (dict(fan_in=48, fan_out=3), (2, 3, 4, 4), ["[2, 3, 4, 4]"])]
 
     def build(self, g, x, net):
         if x.type.rank != 2:

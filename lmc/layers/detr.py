@@ -25,6 +25,8 @@ class TransformerDecoder(Layer):
     n_blocks: int
     n_queries: int
     examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, n_blocks=2, n_queries=3), TensorType((2, 6, 8)))]
+    rejects: ClassVar = [(dict(dim=8, heads=3, mlp_dim=16, n_blocks=1, n_queries=2), (2, 5, 8),
+                            ["heads=3", "dim=8"])]
 
     def build(self, g, x, net):
         b, n, d = tokens(x.type, self.dim)
@@ -57,6 +59,7 @@ class DetrHeads(Layer):
     dim: int
     n_classes: int
     examples: ClassVar = [(dict(dim=8, n_classes=3), TensorType((2, 5, 8)))]
+    rejects: ClassVar = [(dict(dim=8, n_classes=3), (2, 5, 6), ["dim=8", "6 features"])]
 
     def build(self, g, x, net):
         b, q, d = tokens(x.type, self.dim)

@@ -19,6 +19,7 @@ class TimeCondAdd(Layer):
     channels: int
     n_freq: int
     examples: ClassVar = [(dict(channels=4, n_freq=3), TensorType((2, 4, 5, 5)))]
+    rejects: ClassVar = [(dict(channels=4, n_freq=3), (2, 5, 5, 5), ["channels=4", "5 channels"])]
 
     @classmethod
     def net_before(cls, fields, x):

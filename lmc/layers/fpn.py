@@ -67,6 +67,7 @@ class FpnModule(Layer):
     c5: int
     target: int
     examples: ClassVar = [(dict(c2=2, c3=3, c4=4, c5=5, target=4), TensorType((2, 5, 1, 1)))]
+    rejects: ClassVar = [(dict(c2=2, c3=3, c4=4, c5=5, target=4), (2, 6, 2, 2), ["c5=5", "6 channels"])]
 
     @classmethod
     def net_before(cls, fields, x):
@@ -111,6 +112,7 @@ class FpnDetect(Layer):
     zero_ok: ClassVar = frozenset({"tower"})
     examples: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), TensorType((2, 5, 2, 2))),
                           (dict(oc=3, c3=2, c4=3, c5=4, g5=1, a=2, tower=0), TensorType((2, 4, 1, 1)))]
+    rejects: ClassVar = [(dict(oc=4, c3=2, c4=3, c5=5, g5=2, a=1, tower=1), (2, 5, 3, 3), ["g5=2", "3x3"])]
 
     @classmethod
     def net_before(cls, fields, x):

@@ -29,6 +29,8 @@ class TokenPositionEmbed(Layer):
     examples: ClassVar = [(dict(vocab_size=7, seq_len=4, d_model=6, ids_input=True), TensorType((2, 4))),
                           (dict(vocab_size=5, seq_len=3, d_model=4), TensorType((2, 15))),
                           (dict(vocab_size=5, seq_len=3, d_model=4, gather=True, pos_emb=False), TensorType((2, 3)))]
+    rejects: ClassVar = [(dict(vocab_size=7, seq_len=4, d_model=6, ids_input=True), (2, 5), ["4 token ids", "[2, 5]"]),
+                          (dict(vocab_size=5, seq_len=3, d_model=4), (2, 14), ["3·5 = 15", "[2, 14]"])]
 
     def draw_input(self, rng, t: TensorType):
         """A random input of type t for tests and benchmarks: token ids in [0, vocab_size) (f32),
@@ -73,6 +75,7 @@ class LmHead(Layer):
     vocab_size: int
     seq_len: int
     examples: ClassVar = [(dict(d_model=6, vocab_size=7, seq_len=4), TensorType((2, 4, 6)))]
+    rejects: ClassVar = [(dict(d_model=6, vocab_size=7, seq_len=4), (2, 3, 6), ["seq_len=4", "3 tokens"])]
 
     def build(self, g, x, net):
         b, t, _ = tokens(x.type, self.d_model, "d_model")

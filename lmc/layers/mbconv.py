@@ -63,6 +63,8 @@ class MbConv(Layer):
     examples: ClassVar = [(dict(ic=4, oc=4, expand=2, k_size=3, stride=1, n_blocks=2, use_se=True), TensorType((2, 4, 5, 5))),
                           (dict(ic=3, oc=6, expand=1, k_size=5, stride=2, n_blocks=1, use_se=False, act="relu"),
                            TensorType((2, 3, 7, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=4, expand=2, k_size=3, stride=1, n_blocks=1, use_se=True), (2, 5, 5, 5),
+                ["ic=4", "5 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)
@@ -104,6 +106,8 @@ class MbConvV3(Layer):
     examples: ClassVar = [(dict(ic=4, oc=4, expand_ch=8, k_size=3, stride=1, use_se=True), TensorType((2, 4, 5, 5))),
                           (dict(ic=4, oc=6, expand_ch=4, k_size=5, stride=2, use_se=False, act="h_swish"),
                            TensorType((2, 4, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=4, expand_ch=8, k_size=3, stride=1, use_se=False), (2, 7, 5, 5),
+                   ["ic=4", "7 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)
@@ -139,6 +143,8 @@ class FusedMbConv(Layer):
     use_se: bool
     examples: ClassVar = [(dict(ic=4, oc=4, expand=1, k_size=3, stride=1, n_blocks=2, use_se=False), TensorType((2, 4, 5, 5))),
                           (dict(ic=3, oc=6, expand=4, k_size=3, stride=2, n_blocks=2, use_se=True), TensorType((2, 3, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=4, expand=1, k_size=3, stride=1, n_blocks=1, use_se=False), (2, 3, 5, 5),
+                      ["ic=4", "3 channels"])]
 
     def build(self, g, x, net):
         image(x.type, self.ic)

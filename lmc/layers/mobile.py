@@ -31,6 +31,7 @@ class SeparableConv(Layer):
     stride: int = 1
     examples: ClassVar = [(dict(ic=3, oc=4, stride=1), TensorType((2, 3, 5, 5))),
                           (dict(ic=2, oc=5, stride=2), TensorType((2, 2, 6, 7)))]
+    rejects: ClassVar = [(dict(ic=3, oc=4), (2, 2, 5, 5), ["ic=3", "2 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)
@@ -56,6 +57,7 @@ class InvertedResidual(Layer):
     n_blocks: int
     examples: ClassVar = [(dict(ic=4, oc=4, expand=2, stride=1, n_blocks=2), TensorType((2, 4, 5, 5))),
                           (dict(ic=3, oc=5, expand=1, stride=2, n_blocks=1), TensorType((2, 3, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=4, expand=2, stride=1, n_blocks=1), (2, 3, 5, 5), ["ic=4", "3 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)
@@ -97,6 +99,8 @@ class Uib(Layer):
                           (dict(ic=3, oc=5, expand=2, stride=2, pre_d_wk=0, post_d_wk=3), TensorType((2, 3, 6, 6))),
                           (dict(ic=3, oc=4, expand=3, stride=2, pre_d_wk=5, post_d_wk=0), TensorType((1, 3, 7, 7))),
                           (dict(ic=4, oc=4, expand=2, stride=1, pre_d_wk=0, post_d_wk=0), TensorType((2, 4, 3, 3)))]
+    rejects: ClassVar = [(dict(ic=4, oc=4, expand=2, stride=2, pre_d_wk=0, post_d_wk=0), (2, 4, 6, 6),
+            ["stride=2", "pre_d_wk=0", "post_d_wk=0"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)

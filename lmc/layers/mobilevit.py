@@ -28,6 +28,8 @@ class MobileVitBlock(Layer):
     mlp_dim: int
     n_tx_blocks: int
     examples: ClassVar = [(dict(ic=4, dim=8, heads=2, mlp_dim=16, n_tx_blocks=2), TensorType((2, 4, 4, 4)))]
+    rejects: ClassVar = [(dict(ic=4, dim=8, heads=3, mlp_dim=16, n_tx_blocks=1), (2, 4, 4, 4), ["heads=3", "dim=8"]),
+                          (dict(ic=4, dim=8, heads=2, mlp_dim=8, n_tx_blocks=1), (2, 4, 5, 4), ["5x4"])]
 
     def build(self, g, x, net):
         b, c, h, w = image(x.type, self.ic)

@@ -20,6 +20,7 @@ class PositionalEncoding(Layer):
     num_frequencies: int
     examples: ClassVar = [(dict(input_dim=3, num_frequencies=4), TensorType((5, 3))),
                           (dict(input_dim=2, num_frequencies=2), TensorType((2, 7, 2)))]
+    rejects: ClassVar = [(dict(input_dim=3, num_frequencies=4), (5, 2), ["input_dim=3", "2 values"])]
 
     def build(self, g, x, net):
         t = x.type
@@ -44,6 +45,7 @@ class NerfMlp(Layer):
     encoded_dir_dim: int
     hidden_dim: int
     examples: ClassVar = [(dict(encoded_pos_dim=6, encoded_dir_dim=4, hidden_dim=8), TensorType((3, 10)))]
+    rejects: ClassVar = [(dict(encoded_pos_dim=6, encoded_dir_dim=4, hidden_dim=8), (3, 9), ["6 + 4 = 10", "9 features"])]
 
     def build(self, g, x, net):
         ep, ed, h = self.encoded_pos_dim, self.encoded_dir_dim, self.hidden_dim

@@ -18,6 +18,7 @@ class MaxPool(Layer):
     examples: ClassVar = [(dict(size=2, stride=2), TensorType((2, 3, 6, 6))),
                           (dict(size=3, stride=2), TensorType((2, 2, 7, 7))),
                           (dict(size=3, stride=2), TensorType((1, 2, 8, 8)))]
+    rejects: ClassVar = [(dict(size=2, stride=2), (2, 12), ["[2, 12]"])]
 
     def build(self, g, x, net):
         if x.type.rank != 4:
@@ -33,6 +34,7 @@ class MaxPool(Layer):
 class GlobalAvgPool(Layer):
     """Mean over height and width: [B, C, H, W] → [B, C]."""
     examples: ClassVar = [({}, TensorType((2, 3, 4, 4)))]
+    rejects: ClassVar = [({}, (3, 7), ["[3, 7]"])]
 
     def build(self, g, x, net):
         if x.type.rank != 4:
@@ -45,6 +47,7 @@ class GlobalAvgPool(Layer):
 class Flatten(Layer):
     """[B, C, H, W] → [B, C·H·W] (row-major, channel-major: the Lean kit's order)."""
     examples: ClassVar = [({}, TensorType((2, 3, 4, 4)))]
+    rejects: ClassVar = []        # accepts any shape
 
     def build(self, g, x, net):
         if x.type.rank == 2:

@@ -24,6 +24,7 @@ class ResidualBlock(Layer):
     first_stride: int = 1
     examples: ClassVar = [(dict(ic=2, oc=2, n_blocks=1, first_stride=1), TensorType((2, 2, 5, 5))),
                           (dict(ic=2, oc=4, n_blocks=2, first_stride=2), TensorType((2, 2, 6, 6)))]
+    rejects: ClassVar = [(dict(ic=4, oc=4, n_blocks=1), (2, 3, 5, 5), ["ic=4", "3 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)
@@ -49,6 +50,7 @@ class BottleneckBlock(Layer):
     first_stride: int = 1
     examples: ClassVar = [(dict(ic=4, oc=8, n_blocks=1, first_stride=2), TensorType((2, 4, 6, 6))),
                           (dict(ic=8, oc=8, n_blocks=1, first_stride=1), TensorType((1, 8, 5, 5)))]
+    rejects: ClassVar = [(dict(ic=8, oc=8, n_blocks=1), (2, 6, 5, 5), ["ic=8", "6 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)

@@ -27,6 +27,7 @@ class MambaBlock(Layer):
     expand: int
     n_blocks: int
     examples: ClassVar = [(dict(dim=4, state_size=3, expand=2, n_blocks=1), TensorType((2, 5, 4)))]
+    rejects: ClassVar = [(dict(dim=4, state_size=3, expand=2, n_blocks=1), (2, 5, 6), ["dim=4", "6 features"])]
 
     def build(self, g, x, net):
         b, n, d = tokens(x.type, self.dim)
@@ -65,6 +66,8 @@ class WaveNetBlock(Layer):
     skip_ch: int
     n_layers: int
     examples: ClassVar = [(dict(residual_ch=4, skip_ch=3, n_layers=3), TensorType((2, 4, 16)))]
+    rejects: ClassVar = [(dict(residual_ch=4, skip_ch=3, n_layers=1), (2, 5, 16), ["residual_ch=4", "5 channels"]),
+                          (dict(residual_ch=4, skip_ch=3, n_layers=1), (2, 4, 4, 4), ["[2, 4, 4, 4]"])]
 
     def build(self, g, x, net):
         t_ = x.type
@@ -115,6 +118,8 @@ class EvoformerBlock(Layer):
     # small and one block: without the LayerNorms AlphaFold has, activations grow with width and
     # depth, and an oracle net with logits ~50 apart has only f32 rounding noise for gradients
     examples: ClassVar = [(dict(msa_channels=4, pair_channels=8, n_blocks=1), TensorType((2, 2, 3, 4)))]
+    rejects: ClassVar = [(dict(msa_channels=8, pair_channels=4, n_blocks=1), (1, 3, 5, 6),
+                        ["msa_channels=8", "6 channels"])]
 
     def build(self, g, x, net):
         t_ = x.type
@@ -174,6 +179,8 @@ class StructureModule(Layer):
     pair_channels: int
     n_blocks: int
     examples: ClassVar = [(dict(single_channels=8, pair_channels=4, n_blocks=3), TensorType((2, 5, 8)))]
+    rejects: ClassVar = [(dict(single_channels=8, pair_channels=4, n_blocks=1), (2, 5, 7),
+                         ["single_channels=8", "7 features"])]
 
     def build(self, g, x, net):
         b, r, cs = tokens(x.type, self.single_channels, "single_channels")

@@ -32,6 +32,8 @@ class SwinStage(Layer):
     # flash_attn's whole-step oracle: tests/test_transformer_family.py (an example here would
     # re-deal the oracle's rotating loss × optimizer combos of every later layer case)
     examples: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, window_size=2, n_blocks=2), TensorType((2, 8, 4, 4)))]
+    rejects: ClassVar = [(dict(dim=8, heads=2, mlp_dim=16, window_size=3, n_blocks=1), (2, 8, 4, 4),
+                   ["window_size=3", "4x4"])]
 
     def build(self, g, x, net):
         b, d, h, w = image(x.type, self.dim, "dim")
@@ -79,6 +81,7 @@ class PatchMerging(Layer):
     in_dim: int
     out_dim: int
     examples: ClassVar = [(dict(in_dim=4, out_dim=8), TensorType((2, 4, 4, 6)))]
+    rejects: ClassVar = [(dict(in_dim=4, out_dim=8), (2, 4, 5, 6), ["5x6"])]
 
     def build(self, g, x, net):
         b, c, h, w = image(x.type, self.in_dim, "in_dim")

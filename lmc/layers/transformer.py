@@ -22,6 +22,8 @@ class LayerNorm(Layer):
     kind, so it follows the token LayerNorm of the transformer blocks."""
     dim: int
     examples: ClassVar = [(dict(dim=6), TensorType((2, 6))), (dict(dim=4), TensorType((2, 3, 4)))]
+    rejects: ClassVar = [(dict(dim=6), (2, 5), ["dim=6", "5 features"]),
+                          (dict(dim=4), (2, 4, 3, 3), ["[2, 4, 3, 3]"])]
 
     def build(self, g, x, net):
         t = x.type
@@ -48,6 +50,8 @@ class PatchEmbed(Layer):
     n_patches: int
     examples: ClassVar = [(dict(ic=3, dim=8, patch_size=4, n_patches=4), TensorType((2, 3, 8, 8))),
                           (dict(ic=1, dim=6, patch_size=2, n_patches=6), TensorType((1, 1, 4, 6)))]
+    rejects: ClassVar = [(dict(ic=3, dim=8, patch_size=4, n_patches=4), (2, 3, 8, 12), ["n_patches=4", "6 patches"]),
+                          (dict(ic=3, dim=8, patch_size=3, n_patches=4), (2, 3, 8, 8), ["patch_size=3", "8x8"])]
 
     def build(self, g, x, net):
         b, _, h, w = image(x.type, self.ic)
@@ -114,6 +118,10 @@ class TransformerEncoder(Layer):
                            TensorType((2, 5, 8))),
                           (dict(dim=4, heads=1, mlp_dim=8, n_blocks=1, causal_mask=True, flash_attn=True, rope=True),
                            TensorType((2, 3, 4)))]
+    rejects: ClassVar = [(dict(dim=8, heads=3, mlp_dim=16, n_blocks=1), (2, 5, 8), ["heads=3", "dim=8"]),
+                          (dict(dim=8, heads=2, mlp_dim=16, n_blocks=1), (2, 5, 6), ["dim=8", "6 features"]),
+                          (dict(dim=6, heads=2, mlp_dim=8, n_blocks=1, rope=True), (2, 4, 6), ["rope", "dim=6", "heads=2", "= 3"]),
+                          (dict(dim=8, heads=2, mlp_dim=16, n_blocks=1), (2, 8, 4, 4), ["[2, 8, 4, 4]"])]
 
     def build(self, g, x, net):
         b, n, d = tokens(x.type, self.dim)
@@ -136,6 +144,7 @@ class SpatialFlatten(Layer):
     """Image to tokens: [B, C, H, W] → transpose (0, 2, 3, 1) → [B, H·W, C], token n = h·W + w.
     Assumptions: NCHW input."""
     examples: ClassVar = [({}, TensorType((2, 3, 4, 5)))]
+    rejects: ClassVar = [({}, (2, 20, 3), ["[2, 20, 3]"])]
 
     def build(self, g, x, net):
         b, c, h, w = image(x.type)
@@ -152,6 +161,7 @@ class SpatialUnflatten(Layer):
     height: int
     width: int
     examples: ClassVar = [(dict(channels=3, height=4, width=5), TensorType((2, 20, 3)))]
+    rejects: ClassVar = [(dict(channels=3, height=4, width=5), (2, 21, 3), ["= 20", "21 tokens"])]
 
     def build(self, g, x, net):
         b, n, c = tokens(x.type, self.channels, "channels")

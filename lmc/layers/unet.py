@@ -25,6 +25,7 @@ class UnetDown(Layer):
     oc: int
     examples: ClassVar = [(dict(ic=3, oc=4), TensorType((2, 3, 6, 6))),
                           (dict(ic=2, oc=3), TensorType((1, 2, 5, 7)))]
+    rejects: ClassVar = [(dict(ic=3, oc=4), (2, 5, 6, 6), ["ic=3", "5 channels"])]
 
     def build(self, g, x, net):
         check_channels(x, self.ic)
@@ -87,6 +88,7 @@ class UnetUp(Layer):
     ic: int
     oc: int
     examples: ClassVar = [(dict(ic=4, oc=2), TensorType((2, 4, 3, 3)))]
+    rejects: ClassVar = [(dict(ic=4, oc=2), (2, 6, 3, 3), ["ic=4", "6 channels"])]
 
     @classmethod
     def net_before(cls, fields, x):
@@ -119,6 +121,7 @@ class BilinearUpsample(Layer):
     Assumptions: NCHW input."""
     scale: int
     examples: ClassVar = [(dict(scale=2), TensorType((2, 3, 4, 5)))]
+    rejects: ClassVar = [(dict(scale=2), (2, 6), ["[2, 6]"])]
 
     def build(self, g, x, net):
         image(x.type)
