@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lmc.core.errors import MultiError, SpecError
 from lmc.losses import BOXES, CLASS, dataset_need, loss_for
-from lmc.optim import OPTIMIZER_FIELDS, fields_read, optimizer_names, selection
+from lmc.optim import fields_read, optimizer_fields, optimizer_names, selection
 from lmc.spec.config import TRAIN_FIELDS, dataset_labels, effective_loss, mixup_mode
 
 
@@ -85,7 +85,7 @@ def problems(cfg, loc_of, dataset=None) -> list[SpecError]:
                     hint="set use_yolov1: true (with a detection head), or drop it")
     chosen, by = selection(cfg)
     reads = fields_read(chosen, cfg)
-    for name in OPTIMIZER_FIELDS:
+    for name in optimizer_fields():
         if getattr(cfg, name) != TRAIN_FIELDS[name][1] and name not in reads:
             users = sorted(o for o in optimizer_names() if name in fields_read(o, cfg))
             err(f"{name} is read by {', '.join(users)}, not by the optimizer {chosen} ({by})", name, also=(by,),

@@ -130,11 +130,6 @@ def selection(cfg) -> tuple[str, str]:
     return ("adam", "use_adam") if cfg.use_adam else ("sgd", "optimizer")
 
 
-# recipe fields only some optimizers read: set with an optimizer that does not, they would do
-# nothing (the check stage refuses them, naming who reads them)
-OPTIMIZER_FIELDS = ("momentum", "rmsprop_decay", "rmsprop_eps")
-
-
 class _Reads:
     """A stand-in recipe that records which fields hp_values reads (the one definition of what
     an optimizer takes from the recipe is its hp_values)."""
@@ -159,6 +154,20 @@ def fields_read(name: str, cfg) -> set[str]:
         seen |= spy.seen
         name = cls.fallback
     return seen
+
+
+class _AnyRecipe:
+    """A recipe whose every field reads 0 (what optimizer_fields spies on)."""
+
+    def __getattr__(self, name):
+        return 0.0
+
+
+def optimizer_fields() -> tuple[str, ...]:
+    """The recipe fields some optimizer reads (its hp_values): set with an optimizer that does
+    not read them, they would do nothing, so the check stage refuses them, naming who reads
+    them.  Made from the registry: a new optimizer's own field joins by being read."""
+    return tuple(sorted(set().union(*(fields_read(n, _AnyRecipe()) for n in optimizer_names()))))
 
 
 def make_optimizer(name: str, cfg) -> Optimizer:
