@@ -2,6 +2,7 @@
 bench (each parses its options, calls one stage, prints)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -321,7 +322,6 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written b
 @app.command(cls=_Command)
 def layers() -> None:
     """List every registered layer kind with its fields and whether it lowers yet."""
-    import dataclasses
     t = Table()
     for c in ("kind", "fields", "lowers"):
         t.add_column(c)

@@ -3,6 +3,7 @@
 Anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -113,7 +114,6 @@ class TrustError(LmcError):
 def switch(name: str, allowed, default: str) -> str:
     """An `LMC_*` environment switch (A/B and escape hatches: LMC_LAYOUT, LMC_PACKED, …): its
     value, the default when unset; an unknown value is refused, never read as the default."""
-    import os
     v = os.environ.get(name, default)
     if v not in allowed:
         raise LmcError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")

@@ -14,6 +14,8 @@ Each result has `n`, `region`, `as_dict()` (JSONL, `lmc eval --json`) and `descr
 epoch line), as EvalResult does."""
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 from dataclasses import dataclass, field
 
@@ -234,8 +236,6 @@ class DetResult:
 def coco_map(gts, dets, scale: float) -> tuple[float, float]:
     """COCOeval (bbox) over per-image ground truth (boxes, classes) and detections (boxes,
     scores, classes), boxes x0, y0, x1, y1."""
-    import contextlib
-    import io
     try:
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval

@@ -27,6 +27,7 @@ Refused (never ignored): yolo_cls_weights and yolo_cls_focal_gamma without ancho
 fpn_scales (the seed weighs and focuses the anchor paths' class term only)."""
 from __future__ import annotations
 
+import yaml
 import numpy as np
 
 from lmc.core.types import TensorType, f32, flt
@@ -169,7 +170,6 @@ class YoloV1Masked(Loss):
 
     @staticmethod
     def oracle_head(out, nc, fields=None):
-        import yaml
 
         def field(name):                          # as the example writes it, YAML flow text
             v = (fields or {}).get(name)

@@ -25,6 +25,7 @@ in ABI order, C order, no header; a `_bn_stats` companion next to it is used whe
 exact, as the reference does)."""
 from __future__ import annotations
 
+import zipfile
 import hashlib
 import json
 import os
@@ -123,7 +124,6 @@ def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
     if path.suffix == ".safetensors":
         tensors, meta = _read_safetensors(path)
     elif path.suffix == ".npz":
-        import zipfile
         try:
             with np.load(path, allow_pickle=False) as f:
                 tensors = {k: f[k] for k in f.files}

@@ -18,6 +18,9 @@ that died or hangs makes the others stop with an error naming the step, and MPI_
 job (the launcher itself reports a rank killed by a signal: `launch` names it)."""
 from __future__ import annotations
 
+import importlib.util
+import json
+import pickle
 import os
 import re
 import shutil
@@ -146,7 +149,6 @@ class Mpi:
     def allgather(self, obj):
         """Every rank's `obj` (pickled), in rank order (Iallgather of the lengths, then
         Iallgatherv of the bytes, both with the deadline)."""
-        import pickle
         MPI = self.MPI
         data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
         n = np.array([data.size], np.int64)
@@ -243,7 +245,6 @@ _SIGNAL = re.compile(r"EXIT STRING: ([^\n(]*)\(signal (\d+)\)")
 
 def rank_pids(metrics: Path) -> list[int]:
     """The ranks' process ids as the run's last header/resume record lists them."""
-    import json
     pids: list[int] = []
     try:
         for line in metrics.read_text().splitlines():
@@ -263,7 +264,6 @@ def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, 
     mpiexec, pass their output through, and turn a rank's death (which makes the launcher stop
     the others) into one line naming the rank.  Returns the exit code: the ranks' (0, 2, 130),
     or 1 when a rank died."""
-    import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
         raise RunError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
     exe = mpiexec()

@@ -4,6 +4,7 @@ mixing mode).  The rules that refuse a combination of fields live in the check s
 (lmc/check/recipe.py)."""
 from __future__ import annotations
 
+from difflib import get_close_matches
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,7 +234,6 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",)) -> "
         name = snake(key)
         kloc = locs.get(path + (key,), loc)
         if name not in TRAIN_FIELDS:
-            from difflib import get_close_matches
             close = get_close_matches(name, TRAIN_FIELDS, 1)
             errors.append(SpecError(f"unknown train field '{key}'" + (f"; did you mean '{close[0]}'?" if close else ""), kloc))
             continue

@@ -6,6 +6,8 @@ step's inputs, exactly as `lmc train` runs), the forward (eval) function, images
 GFLOP/s (forward + backward ≈ 3× the forward FLOPs of `lmc info`) and peak host memory."""
 from __future__ import annotations
 
+import os
+import tempfile
 import resource
 import statistics
 import time
@@ -76,8 +78,6 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     text = lower(net, backend=backend)
     t0 = time.perf_counter()
     if cold:
-        import os
-        import tempfile
         old = os.environ.get("LMC_CACHE")
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["LMC_CACHE"] = tmp
