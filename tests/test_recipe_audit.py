@@ -22,6 +22,7 @@ pytest.importorskip("iree.runtime")
 
 from lmc.cli import app  # noqa: E402
 from lmc.spec.config import TRAIN_FIELDS  # noqa: E402
+from lmc.optim import declared_fields  # noqa: E402
 from lmc.spec.fieldmap import WHERE  # noqa: E402
 
 pytestmark = pytest.mark.iree
@@ -119,6 +120,8 @@ PROBES = {
     "tta_samples": (2, {"augment": True, "use_tta": True}, CNN, False),
     "running_bn": (True, {}, CNN, False),
 }
+# the fields a registry entry declares: its own probe, on the MLP
+PROBES.update({f.name: (f.probe[0], f.probe[1], MLP, False) for f in declared_fields()})
 # Fields that act on records, not on the trained state: field → what must differ.
 OBSERVED = {
     "eval_every_n_epochs": "eval",

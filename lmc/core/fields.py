@@ -9,7 +9,25 @@ import types
 import typing
 from typing import Any, Union, get_args, get_origin
 
+from dataclasses import dataclass, field as dc_field
+
 from lmc.core.errors import SpecError
+
+
+@dataclass(frozen=True)
+class RecipeField:
+    """A `train:` field declared by the registry entry that reads it (an optimizer, a loss):
+    it joins TrainConfig after the seed's and lmc's own fields, `fieldmap.WHERE` (`where`: the
+    stage that reads it), the check stage's rules (an optimizer's field is refused with an
+    optimizer that does not read it) and the recipe audit (`probe`: a value and the companion
+    fields the audit sets with it on specs/digits_mlp.yaml).  `range`: "unit" for [0, 1),
+    "prob" for [0, 1], None for the type's own (floats ≥ 0, ints ≥ 1)."""
+    name: str
+    type: Any
+    default: Any
+    where: str
+    probe: tuple = dc_field(default=())
+    range: str | None = None
 
 MAX_INT = 2**31 - 1  # sizes beyond this are typos, and would blow memory long before use
 

@@ -53,6 +53,8 @@ class Optimizer:
     # the `--set` overrides with which it trains specs/digits_mlp.yaml (Adam, 30 epochs) to ≥ 97%
     # validation top-1, per variant (tests/test_train.py runs each): {variant: overrides}
     digits_mlp: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # the recipe fields this optimizer adds (core.fields.RecipeField); its hp_values reads them
+    recipe_fields: ClassVar[tuple] = ()
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -168,6 +170,11 @@ def optimizer_fields() -> tuple[str, ...]:
     not read them, they would do nothing, so the check stage refuses them, naming who reads
     them.  Made from the registry: a new optimizer's own field joins by being read."""
     return tuple(sorted(set().union(*(fields_read(n, _AnyRecipe()) for n in optimizer_names()))))
+
+
+def declared_fields() -> list:
+    """Every optimizer's own recipe fields, in the registry's order."""
+    return [f for n in optimizer_names() for f in OPTIMIZERS[n].recipe_fields]
 
 
 def make_optimizer(name: str, cfg) -> Optimizer:

@@ -12,7 +12,7 @@ from typing import Any
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Choice, coerce, show, snake
 from lmc.losses import BOXES, CLASS, FLOAT, MASK, all_losses, default_loss, loss_class
-from lmc.optim import optimizer_names
+from lmc.optim import declared_fields, optimizer_names
 
 REQUIRED = object()
 
@@ -198,24 +198,30 @@ _LMC_FIELDS: list[tuple[str, Any, Any]] = [
     ("fp8", Fp8Format, Fp8Format.off),
     ("sync_bn", bool, False),               # data-parallel: batch statistics over all ranks (refused)
 ]
-TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS + _LMC_FIELDS}
+# the fields registry entries declare (an optimizer's own hyperparameters: lmc/optim), after
+_DECLARED = declared_fields()
+_REGISTRY_FIELDS: list[tuple[str, Any, Any]] = [(f.name, f.type, f.default) for f in _DECLARED]
+TRAIN_FIELDS = {name: (t, d) for name, t, d in _FIELDS + _LMC_FIELDS + _REGISTRY_FIELDS}
 # Fields that are counts where 0 is meaningful ("off").
 _ZERO_OK = {"seed", "warmup_epochs", "train_res", "swa_start_epoch", "checkpoint_every_n_epochs",
             "eval_every_n_epochs", "val_every_epochs", "rand_augment_n", "epochs"}
 # Fields that must lie in [0, 1): at 1 a decay freezes its average, a drop rate divides by
 # keep = 0, smoothing leaves no label, −log((1−π)/π) is infinite.
 _UNIT = {"label_smoothing", "momentum", "rmsprop_decay", "drop_path", "dropout", "bn_momentum",
-         "ema_decay", "det_prior_pi"}
+         "ema_decay", "det_prior_pi"} | {f.name for f in _DECLARED if f.range == "unit"}
 # Probabilities, [0, 1]: "always" is a fine setting (and test_crop_ratio, a share: 1 = no crop).
-_PROB = {"random_erasing_prob", "fpn_affine_prob", "test_crop_ratio"}
+_PROB = {"random_erasing_prob", "fpn_affine_prob", "test_crop_ratio"} | {
+    f.name for f in _DECLARED if f.range == "prob"}
+
+
 def _make_config_class():
     ns = {"__annotations__": {}}
-    for name, t, d in _FIELDS + _LMC_FIELDS:
+    for name, t, d in _FIELDS + _LMC_FIELDS + _REGISTRY_FIELDS:
         ns["__annotations__"][name] = t
         if d is not REQUIRED:
             ns[name] = field(default=d)
     ns["__doc__"] = ("The training recipe: every field of the seed's TrainConfig (78), snake_case, then "
-                     "lmc's own (_LMC_FIELDS).")
+                     "lmc's own (_LMC_FIELDS), then those registry entries declare (_REGISTRY_FIELDS).")
     return dataclass(frozen=True)(type("TrainConfig", (), ns))
 
 

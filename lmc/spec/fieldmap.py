@@ -11,6 +11,8 @@ records it governs change.  No field is accepted and ignored.
 """
 from __future__ import annotations
 
+from lmc.optim import declared_fields
+
 WHERE: dict[str, str] = {
     # the schedule and the update (lower.hyperparams, optim/*, schedule.py)
     "learning_rate": "hp vector: the lr of every step (schedule.learning_rate)",
@@ -108,3 +110,6 @@ WHERE: dict[str, str] = {
     "running_bn": "fixed: lmc always keeps BN running statistics and evaluates with them (the seed's IREE path, "
                   "running_bn: true of its JAX path): true is accepted as what lmc does",
 }
+
+# the fields registry entries declare say themselves where they act (core.fields.RecipeField)
+WHERE.update({f.name: f.where for f in declared_fields()})
