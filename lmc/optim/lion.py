@@ -1,13 +1,15 @@
 """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the update is the
 sign of an interpolation of the momentum and the gradient, so every element moves by exactly lr
 (plus decay):  u = sign(β1·m + (1−β1)·g);  θ' = θ − lr·(u + λ·θ) (decoupled weight decay λ on
-the old θ, where the tensor takes decay);  m' = β2·m + (1−β2)·g.  β1 0.9, β2 0.99 (the paper's
-defaults; runtime values, never baked in).  The paper's advice: lr 3–10× smaller than AdamW's,
+the old θ, where the tensor takes decay);  m' = β2·m + (1−β2)·g.  β1 = train.lion_beta1 (0.9),
+β2 = train.lion_beta2 (0.99): the paper's defaults (it uses 0.95, 0.98 for language models);
+runtime values, never baked in, and refused with any other optimizer.  The paper's advice: lr 3–10× smaller than AdamW's,
 λ 3–10× larger.  sign(0) = 0 (stablehlo.sign, as jnp.sign and torch.sign)."""
 from __future__ import annotations
 
 import numpy as np
 
+from lmc.core.fields import RecipeField
 from lmc.optim import Optimizer, register
 
 
@@ -17,12 +19,18 @@ class Lion(Optimizer):
                            "train.weight_decay=0.001")}
     slots = ("m",)
     hp = ("beta1", "beta2")
-    examples = [({"learning_rate": 0.001, "optimizer": "lion"}, [("", {}), ("wd", {"weight_decay": 0.1})]),
+    recipe_fields = (
+        RecipeField("lion_beta1", float, 0.9, "lion hp β1 (the sign's interpolation); refused with other optimizers",
+                    probe=(0.5, {"optimizer": "lion", "use_adam": False}), range="unit"),
+        RecipeField("lion_beta2", float, 0.99, "lion hp β2 (the momentum's decay); refused with other optimizers",
+                    probe=(0.5, {"optimizer": "lion", "use_adam": False}), range="unit"))
+    examples = [({"learning_rate": 0.001, "optimizer": "lion"}, [("", {}), ("wd", {"weight_decay": 0.1}),
+                                                                  ("betas", {"lion_beta1": 0.5, "lion_beta2": 0.9})]),
                 ({"learning_rate": 0.001, "optimizer": "lion", "wd_exclude_norm_bias": True},
                  [("wd_excl", {"weight_decay": 0.1})])]
 
     def hp_values(self, cfg):
-        return {"beta1": 0.9, "beta2": 0.99}
+        return {"beta1": cfg.lion_beta1, "beta2": cfg.lion_beta2}
 
     @classmethod
     def step_gain(cls, old, new, beta1, beta2):
