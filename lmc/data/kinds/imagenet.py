@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from lmc.core.errors import DataError
 from lmc.data import imagenette
-from lmc.data.dataset import fetch_hint
 from lmc.data.kinds import register
 from lmc.data.kinds.imagenette import Imagenette
 
@@ -13,11 +12,8 @@ from lmc.data.kinds.imagenette import Imagenette
 @register("imagenet")
 class Imagenet(Imagenette):
     order = 4
-
-    @classmethod
-    def hint(cls):
-        # as before the registry: the hint of imagenette's tree
-        return fetch_hint("imagenette", cls.fetch)
+    fetch = ("lay out ImageNet-1k (ILSVRC 2012, from https://image-net.org) as DIR/train/<wnid>/*.JPEG and "
+             "DIR/val/<wnid>/*.JPEG, the validation images sorted into their class folders")
 
     @classmethod
     def check_stream(cls, stream):
