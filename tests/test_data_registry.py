@@ -3,7 +3,7 @@ the spec parses every registered kind, and the checks load_dataset makes for eve
 a path, streaming, the fetch hint of missing files) come from the kind's declaration."""
 import pytest
 
-from lmc.core.errors import DataError
+from lmc.core.errors import DataError, SpecError
 from lmc.data import load_dataset
 from lmc.data.kinds import Kind, all_datasets
 from lmc.losses import BOXES, CLASS, FLOAT, MASK
@@ -80,3 +80,13 @@ def test_only_image_folders_stream(tmp_path, kind):
     with pytest.raises(DataError) as e:
         load_dataset(kind, tmp_path, (3, 32, 32), None, stream=True)
     assert e.value.message == f"--stream reads image folders ({folders}), not {kind}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_misspelt_kind_gets_a_did_you_mean(kind):
+    typo = kind[:2] + "x" + kind[2:]
+    with pytest.raises(SpecError) as e:
+        load_spec("m.yaml", text=MLP + f"dataset: {typo}\n")
+    assert e.value.message == (f"dataset: expected one of {', '.join(KINDS)}, got '{typo}'; "
+                               f"did you mean '{kind}'?")
+    assert e.value.loc.line == 5

@@ -18,9 +18,24 @@ from lmc.optim import declared_fields, optimizer_names
 REQUIRED = object()
 
 
+class _Kinds(Choice):
+    """A Choice whose unknown value is answered with the closest kind (`did you mean`)."""
+
+    @classmethod
+    def parse(cls, value: Any, where: str):
+        try:
+            return super().parse(value, where)
+        except SpecError as e:
+            from difflib import get_close_matches
+            close = get_close_matches(snake(value.lstrip(".")), [m.value for m in cls], 1) if isinstance(value, str) else []
+            if not close:
+                raise
+            raise SpecError(f"{e.message}; did you mean '{close[0]}'?", e.loc, e.hint) from None
+
+
 # The dataset kinds, one member per module of the dataset registry (lmc/data/kinds/), in the
 # seed's order: each module says what its kind is and delivers.
-DatasetKind = Choice("DatasetKind", [(name, name) for name in all_datasets()], module=__name__)
+DatasetKind = _Kinds("DatasetKind", [(name, name) for name in all_datasets()], module=__name__)
 
 
 # `train.optimizer`'s values: every optimizer of the registry (lmc/optim), made from it as
