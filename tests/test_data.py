@@ -3,6 +3,8 @@ bad-input case (DataError, message asserted), batching determinism, prefetch, ev
 from __future__ import annotations
 
 import gzip
+import pathlib
+import pickle
 import struct
 import threading
 from contextlib import contextmanager
@@ -14,8 +16,11 @@ from PIL import Image
 
 from lmc.data import Batcher, Dataset, eval_batches, load_dataset
 from lmc.data import augment as aug
+from lmc.data.fit import load_data
 from lmc.data.split import lcg_permutation
 from lmc.core.errors import DataError, LmcError
+from lmc.graph.infer import infer
+from lmc.spec.netspec import load_spec
 
 # ---------------------------------------------------------------- writers of real formats
 
@@ -201,6 +206,117 @@ def test_cifar10_missing(tmp_path):
     (tmp_path / "data_batch_4.bin").unlink()
     with raises_data_error("data_batch_4.bin", "missing cifar-10 file"):
         load_dataset("cifar10", tmp_path, (3, 32, 32), 10)
+
+
+# ---------------------------------------------------------------- cifar100
+
+
+def make_cifar100(d, n_train=6, n_val=4, meta_classes=100):
+    """cifar-100-python/'s files: train and test, pickled dicts of bytes keys (the layout the
+    tarball's Python 2 pickles have), and meta."""
+    rng = np.random.default_rng(3)
+    d.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, n, protocol in (("train", n_train, 2), ("test", n_val, pickle.HIGHEST_PROTOCOL)):
+        split = {b"filenames": [b"img_%d.png" % i for i in range(n)], b"batch_label": b"%s batch 1 of 1" % name.encode(),
+                 b"fine_labels": rng.integers(0, 100, n).tolist(), b"coarse_labels": rng.integers(0, 20, n).tolist(),
+                 b"data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)}
+        with open(d / name, "wb") as f:
+            pickle.dump(split, f, protocol=protocol)
+        out[name] = split
+    with open(d / "meta", "wb") as f:
+        pickle.dump({b"fine_label_names": [b"class_%d" % i for i in range(meta_classes)],
+                     b"coarse_label_names": [b"super_%d" % i for i in range(20)]}, f)
+    return out
+
+
+CIFAR100_SPEC = """name: c100
+input: {channels: 3, height: 32, width: 32}
+layers:
+  - conv2d: {ic: 3, oc: 4, k_size: 3}
+  - global_avg_pool
+  - dense: {fan_in: 4, fan_out: 100}
+dataset: {kind: cifar100, path: PATH}
+"""
+
+
+def cifar100_net(path):
+    return infer(load_spec("c100.yaml", text=CIFAR100_SPEC.replace("PATH", str(path))))
+
+
+@pytest.mark.parametrize("sub", ["", "cifar-100-python"])
+def test_cifar100_loads_the_python_version_through_a_spec(tmp_path, sub):
+    files = make_cifar100(tmp_path / sub if sub else tmp_path)
+    ds = load_data(cifar100_net(tmp_path), None, seed=0)
+    assert ds.name == "cifar100" and ds.num_classes == 100
+    assert ds.x_train.shape == (6, 3, 32, 32) and ds.x_val.shape == (4, 3, 32, 32) and ds.x_train.dtype == np.float32
+    train, test = files["train"], files["test"]
+    np.testing.assert_array_equal(ds.x_train, train[b"data"].reshape(6, 3, 32, 32) / np.float32(255))
+    np.testing.assert_array_equal(ds.y_train, train[b"fine_labels"])          # the fine labels, not the coarse
+    np.testing.assert_array_equal(ds.y_val, test[b"fine_labels"])
+    assert ds.y_train.dtype == np.int32
+    root = tmp_path / sub if sub else tmp_path
+    assert ds.source("x_train") == str(root / "train") and ds.source("y_val") == str(root / "test")
+
+
+def test_cifar100_errors(tmp_path):
+    with raises_data_error("no such directory", "cifar-100 python files train and test") as e:
+        load_data(cifar100_net(tmp_path / "none"), None, seed=0)
+    assert "cifar-100-python.tar.gz" in e.value.hint and "`dataset: {kind: cifar100, path: PATH}`" in e.value.hint
+    with raises_data_error(str(tmp_path), "no cifar-100 files found"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+    make_cifar100(tmp_path)
+    (tmp_path / "test").unlink()
+    with raises_data_error(str(tmp_path / "test"), "missing cifar-100 file"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+
+
+def test_cifar100_refuses_files_of_another_layout(tmp_path):
+    files = make_cifar100(tmp_path)
+    with open(tmp_path / "train", "wb") as f:
+        pickle.dump({**files["train"], b"data": files["train"][b"data"].reshape(6, 3, 32, 32)}, f)
+    with raises_data_error(str(tmp_path / "train"), "b'data' is uint8 of shape [6, 3, 32, 32]", "[N, 3072]"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+    with open(tmp_path / "train", "wb") as f:
+        pickle.dump({k: v for k, v in files["train"].items() if k != b"fine_labels"}, f)
+    with raises_data_error("no b'fine_labels' entry"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+    (tmp_path / "train").write_bytes(b"not a pickle")
+    with raises_data_error(str(tmp_path / "train"), "not a cifar-100 python file"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+    make_cifar100(tmp_path, meta_classes=10)
+    with raises_data_error(str(tmp_path / "meta"), "should name the 100 fine classes, found 10"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+
+
+class _Planted:
+    """A pickle that touches `target` when pickle.load unpickles it (a pickle may call anything)."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.target),))
+
+
+def test_cifar100_never_runs_what_a_pickle_asks_for(tmp_path):
+    make_cifar100(tmp_path)
+    planted = tmp_path / "planted"
+    with open(tmp_path / "test", "wb") as f:
+        pickle.dump({b"data": _Planted(planted)}, f)
+    with open(tmp_path / "test", "rb") as f:                # the file has teeth: pickle.load runs it
+        pickle.load(f)
+    assert planted.exists()
+    planted.unlink()
+    with raises_data_error(str(tmp_path / "test"), "not a cifar-100 python file", "which a CIFAR-100 file never holds"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 100)
+    assert not planted.exists()
+
+
+def test_cifar100_labels_beyond_the_head(tmp_path):
+    make_cifar100(tmp_path)
+    with raises_data_error("labels must be in [0, 10)"):
+        load_dataset("cifar100", tmp_path, (3, 32, 32), 10)
 
 
 # ---------------------------------------------------------------- imagenette

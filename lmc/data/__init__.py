@@ -5,32 +5,27 @@
     for xb, yb in batches.epoch(0): ...
     for xb, yb, n_valid in eval_batches(ds.x_val, ds.y_val, 128): ...
 
-Kinds: mnist (IDX files), cifar10 (binary batches), imagenette and imagenet (class-per-folder images; streamed when large),
-npz (one .npz file), synthetic (drawn from the seed), digits (scikit-learn's embedded 8x8
-digits, the default: never downloads), text (a UTF-8 file as byte windows for a language
-model; without a path the embedded corpus of standard-library sources).  One module per kind; pure numpy + Pillow.
+Kinds: a registry (lmc/data/kinds/, one module per kind: its label format, whether it is
+embedded or reads a path, its spec fields and options, its fetch hint, its loader), e.g. mnist
+(IDX files), cifar10 (binary batches), imagenette and imagenet (class-per-folder images; streamed
+when large), npz (one .npz file), synthetic (drawn from the seed), digits (scikit-learn's
+embedded 8x8 digits, the default: never downloads), text (a UTF-8 file as byte windows for a
+language model; without a path the embedded corpus of standard-library sources).  The readers
+of the formats are the modules beside this one; pure numpy + Pillow.
 """
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import numpy as np
 
-from lmc.data import cifar10, digits, digits_seg, imagenette, mnist, npz, seg_bins, synthetic, text
 from lmc.data.batcher import Batcher, eval_batches
 from lmc.data.dataset import Dataset, check_labels, fit_shape
 from lmc.core.errors import DataError
+from lmc.data.kinds import all_datasets
 from lmc.data.resolution import eval_crop
 
-__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "KINDS", "UNSUPPORTED", "EMBEDDED"]
-
-KINDS = ("mnist", "cifar10", "imagenette", "imagenet", "npz", "synthetic", "digits", "digits_seg", "digits_denoise",
-         "digits_det", "pets", "brats", "brats224", "pets_det", "text")
-# Kinds built in memory, needing no files (digits_seg/digits_denoise/digits_det: lmc/data/digits_seg.py).
-EMBEDDED = ("digits", "synthetic", "digits_seg", "digits_denoise", "digits_det", "text")   # text: the embedded corpus
-# Kinds the reference knows (training.md §4) that lmc does not load yet.
-UNSUPPORTED = ()
+__all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "all_datasets"]
 
 
 def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
@@ -52,12 +47,14 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     vocab, byte or char).
     """
     input_shape = tuple(int(d) for d in input_shape)
-    if stream and kind not in ("imagenette", "imagenet"):
-        raise DataError(f"--stream reads image folders (imagenette, imagenet), not {kind}")
-    if stream is False and kind == "imagenet":
-        raise DataError("--no-stream: imagenet (1.28 M images, ~938 GiB as float32) cannot be held in RAM; "
-                        "it always streams", hint="drop --no-stream")
-    folder = kind in ("imagenette", "imagenet")
+    kinds = all_datasets()
+    k = kinds.get(kind)
+    if stream and not (k is not None and k.image_folder):
+        folders = ", ".join(n for n, c in kinds.items() if c.image_folder)
+        raise DataError(f"--stream reads image folders ({folders}), not {kind}")
+    if k is not None:
+        k.check_stream(stream)
+    folder = k is not None and k.image_folder
     ds = _load(kind, path, input_shape, num_classes, seed, options, stream,
                test_crop_ratio if folder else 0.0)
     if ds.train_crop is None:
@@ -80,41 +77,28 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
 
 
 def _load(kind, path, input_shape, num_classes, seed, options, stream=None, crop_ratio=0.0) -> Dataset:
-    if kind in UNSUPPORTED:
+    """The registered kind's loader, after the checks every kind shares: a known kind with a
+    loader, only the options it takes, a path where it reads files and embeds none."""
+    kinds = all_datasets()
+    if kind not in kinds:
+        raise DataError(f"unknown dataset kind '{kind}' (known: {', '.join(kinds)})")
+    k = kinds[kind]
+    if not k.loaded:
         raise DataError(f"dataset kind {kind} is not supported yet "
-                        f"(supported: {', '.join(KINDS)})")
-    if kind not in KINDS:
-        raise DataError(f"unknown dataset kind '{kind}' (known: {', '.join(KINDS)})")
-    if kind == "synthetic":
-        known = set(inspect.signature(synthetic.load).parameters) - {"input_shape", "num_classes", "seed"}
-        if set(options) - known:
-            raise DataError(f"dataset kind synthetic takes no option(s) "
-                            f"{', '.join(sorted(set(options) - known))} (known: {', '.join(sorted(known))})")
-        return synthetic.load(input_shape, num_classes, seed=seed, **options)
-    if kind == "text":           # a path, or the embedded corpus without one
-        if set(options) - {"vocab"}:
-            raise DataError(f"dataset kind text takes no option(s) {', '.join(sorted(set(options) - {'vocab'}))} "
-                            f"(known: vocab)")
-        return text.load(Path(path).expanduser() if path is not None else None, input_shape,
-                         options.get("vocab", "byte"), num_classes)
-    if options:
+                        f"(supported: {', '.join(n for n, c in kinds.items() if c.loaded)})")
+    known = k.option_names()
+    extra = set(options) - set(known)
+    if extra and not known:
         raise DataError(f"dataset kind {kind} takes no options (got {', '.join(sorted(options))})")
-    if kind == "digits":
-        return digits.load()
-    if kind == "digits_seg":
-        return digits_seg.load_seg()
-    if kind == "digits_denoise":
-        return digits_seg.load_denoise()
-    if kind == "digits_det":
-        return digits_seg.load_det()
-    if path is None:
+    if extra:
+        raise DataError(f"dataset kind {kind} takes no option(s) {', '.join(sorted(extra))} "
+                        f"(known: {', '.join(sorted(known))})")
+    if not k.takes_path:
+        path = None
+    elif path is not None:
+        path = Path(path).expanduser()
+    elif not k.embedded:
         raise DataError(f"dataset kind {kind} needs a data path",
                         hint=f"pass --data PATH or set the spec's `dataset: {{kind: {kind}, path: PATH}}`; "
                              f"lmc never downloads data (`dataset: digits` and `dataset: synthetic` need no files)")
-    path = Path(path).expanduser()
-    if kind in ("pets", "brats", "brats224", "pets_det"):
-        return seg_bins.load(kind, path)
-    if kind in ("imagenette", "imagenet"):
-        # imagenet (1.28 M images, ~938 GiB as f32 at 224²) cannot be preloaded: it always streams
-        return imagenette.load(path, input_shape, True if kind == "imagenet" else stream, kind, crop_ratio)
-    return {"mnist": mnist.load, "cifar10": cifar10.load, "npz": npz.load}[kind](path)
+    return k.load(path, input_shape, num_classes, seed=seed, stream=stream, crop_ratio=crop_ratio, **options)

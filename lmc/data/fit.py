@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from lmc.core.errors import DataError
-from lmc.data import EMBEDDED, load_dataset
+from lmc.data import load_dataset
+from lmc.data.kinds import all_datasets, by_suffix, embedded
 
 
 def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
@@ -15,20 +16,21 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
     image folders per batch; None: the loader decides by size)."""
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
-    if data is not None and Path(data).suffix == ".npz":
-        kind = "npz"
+    if data is not None and by_suffix(data) is not None:     # a .npz file selects the npz loader
+        kind = by_suffix(data)
     if kind is None:
         raise DataError(f"{net.spec.file}: the spec names no dataset",
                         hint="add `dataset: digits` (or mnist, cifar10, npz, …) to the spec, or pass --data FILE.npz")
-    if path is None and kind not in EMBEDDED:
+    if path is None and not embedded(kind):
         path = Path("data") / kind
     classes = net.num_classes
     if classes is None and net.output.type.rank == 4:     # per-pixel logits [B, K, H, W]
         classes = net.output.type.dims[1]
     cfg = net.spec.train            # the resolution split acts on the data (lmc.data.resolution)
     res = dict(train_res=cfg.train_res, test_crop_ratio=cfg.test_crop_ratio) if cfg is not None else {}
-    if kind == "text":
-        res["vocab"] = net.spec.dataset_vocab
+    kinds = all_datasets()
+    for f in kinds[kind].fields if kind in kinds else ():      # the spec's dataset.<field> (text: vocab)
+        res[f.name] = getattr(net.spec, f"dataset_{f.name}")
     ds = load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream, **res)
     check_token_ids(net, ds)
     return ds

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.dataset import Dataset
 from lmc.data.resolution import crop_image
 from lmc.core.errors import DataError
 
@@ -33,8 +33,6 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 EXTENSIONS = {".jpeg", ".jpg", ".png"}
 EXPECTED = "expected an image tree DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg"
-HINT = fetch_hint("imagenette", "extract imagenette2-320.tgz (https://github.com/fastai/imagenette), which "
-                                "holds train/ and val/ — or lay out any images as DIR/{train,val}/<class>/")
 
 
 def train_size(h: int, w: int) -> tuple[int, int]:
@@ -42,10 +40,12 @@ def train_size(h: int, w: int) -> tuple[int, int]:
     return round(h * 256 / 224), round(w * 256 / 224)
 
 
-def list_images(split_dir: Path, classes: list[str] | None) -> tuple[list[Path], list[int], list[str]]:
-    """(paths, labels, classes) of one split.  classes=None: take them from the folder names."""
+def list_images(split_dir: Path, classes: list[str] | None,
+                hint: str | None = None) -> tuple[list[Path], list[int], list[str]]:
+    """(paths, labels, classes) of one split.  classes=None: take them from the folder names.
+    `hint`: where the files come from, for the errors of a missing tree."""
     if not split_dir.is_dir():
-        raise DataError(f"no such directory: {split_dir}, {EXPECTED}", hint=HINT)
+        raise DataError(f"no such directory: {split_dir}, {EXPECTED}", hint=hint)
     found = sorted(p.name for p in split_dir.iterdir() if p.is_dir())
     if classes is None:
         classes = found
@@ -63,7 +63,7 @@ def list_images(split_dir: Path, classes: list[str] | None) -> tuple[list[Path],
                 paths.append(p)
                 labels.append(label)
     if not paths:
-        raise DataError(f"{split_dir}: no .jpg/.jpeg/.png images in any class folder; {EXPECTED}", hint=HINT)
+        raise DataError(f"{split_dir}: no .jpg/.jpeg/.png images in any class folder; {EXPECTED}", hint=hint)
     return paths, labels, classes
 
 
@@ -141,17 +141,18 @@ def normalize(images: np.ndarray) -> np.ndarray:
 
 
 def load(path: Path, input_shape: tuple[int, ...], stream: bool | None = None, kind: str = "imagenette",
-         crop_ratio: float = 0.0) -> Dataset:
+         crop_ratio: float = 0.0, hint: str | None = None) -> Dataset:
     """stream: True/False, or None for automatic (above STREAM_ABOVE bytes decoded).
-    crop_ratio: train.test_crop_ratio, applied to the validation files as they are decoded."""
+    crop_ratio: train.test_crop_ratio, applied to the validation files as they are decoded.
+    hint: the kind's (lmc/data/kinds/), where the files come from."""
     if len(input_shape) != 3 or input_shape[0] != 3:
         raise DataError(f"{path}: {kind} gives RGB images [3, H, W] but the spec's input is "
                         f"{tuple(input_shape)}", hint="give the spec an input of shape [3, H, W]")
     if not path.is_dir():
-        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=HINT)
+        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=hint)
     h, w = int(input_shape[1]), int(input_shape[2])
-    train_paths, y_train, classes = list_images(path / "train", None)
-    val_paths, y_val, _ = list_images(path / "val", classes)
+    train_paths, y_train, classes = list_images(path / "train", None, hint)
+    val_paths, y_val, _ = list_images(path / "val", classes, hint)
     th, tw = train_size(h, w)
     if stream is None:
         stream = 4 * 3 * (len(train_paths) * th * tw + len(val_paths) * h * w) > STREAM_ABOVE

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.dataset import Dataset
 from lmc.core.errors import DataError
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -20,16 +20,14 @@ FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
 IMAGES_MAGIC = 2051     # 0x00000803: unsigned bytes, 3 dimensions
 LABELS_MAGIC = 2049     # 0x00000801: unsigned bytes, 1 dimension
 EXPECTED = "expected mnist idx files " + ", ".join(f"{f}[.gz]" for f in FILES)
-HINT = fetch_hint("mnist", "put the four IDX files (from http://yann.lecun.com/exdb/mnist/ or a mirror, "
-                           "e.g. https://ossci-datasets.s3.amazonaws.com/mnist/) in one directory")
 
 
-def find(directory: Path, name: str) -> Path:
+def find(directory: Path, name: str, hint: str | None) -> Path:
     """The plain file if present, else its .gz; DataError naming both when neither exists."""
     for candidate in (directory / name, directory / f"{name}.gz"):
         if candidate.is_file():
             return candidate
-    raise DataError(f"{directory}: missing mnist file {name}[.gz]; {EXPECTED}", hint=HINT)
+    raise DataError(f"{directory}: missing mnist file {name}[.gz]; {EXPECTED}", hint=hint)
 
 
 def read_bytes(path: Path) -> bytes:
@@ -63,10 +61,10 @@ def read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, count=need, offset=header).reshape(dims)
 
 
-def load_split(directory: Path, images_name: str, labels_name: str):
+def load_split(directory: Path, images_name: str, labels_name: str, hint: str | None):
     """(x, y, images path, labels path) of one split."""
-    images_path = find(directory, images_name)
-    labels_path = find(directory, labels_name)
+    images_path = find(directory, images_name, hint)
+    labels_path = find(directory, labels_name, hint)
     images = read_idx(images_path, IMAGES_MAGIC, 3)
     labels = read_idx(labels_path, LABELS_MAGIC, 1)
     if len(images) != len(labels):
@@ -77,10 +75,11 @@ def load_split(directory: Path, images_name: str, labels_name: str):
     return x, labels.astype(np.int32), str(images_path), str(labels_path)
 
 
-def load(path: Path) -> Dataset:
+def load(path: Path, hint: str | None) -> Dataset:
+    """`hint`: the kind's (lmc/data/kinds/mnist.py), where the files come from."""
     if not path.is_dir():
-        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=HINT)
-    x_train, y_train, *train_src = load_split(path, FILES[0], FILES[1])
-    x_val, y_val, *val_src = load_split(path, FILES[2], FILES[3])
+        raise DataError(f"no such directory: {path}, {EXPECTED}", hint=hint)
+    x_train, y_train, *train_src = load_split(path, FILES[0], FILES[1], hint)
+    x_val, y_val, *val_src = load_split(path, FILES[2], FILES[3], hint)
     sources = dict(zip(("x_train", "y_train", "x_val", "y_val"), (*train_src, *val_src)))
     return Dataset("mnist", x_train, y_train, x_val, y_val, num_classes=10, sources=sources)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.dataset import Dataset
 from lmc.data.split import holdout
 from lmc.core.errors import DataError
 from lmc.losses import BOXES, CLASS, FLOAT, MASK
@@ -31,12 +31,11 @@ HOLDOUT_SEED = 1234
 EXPECTED = "expected keys x [N, ...] and y [N, ...], optionally x_val and y_val"
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz(path: Path, hint: str | None = None) -> dict[str, np.ndarray]:
+    """Every array of the file (`hint`: where it comes from, for the error when it is missing)."""
     if not path.is_file():
         raise DataError(f"no such file: {path}, expected a .npz file with keys x [N, ...] and y [N] "
-                        f"(optionally x_val and y_val)",
-                        hint=fetch_hint("npz", "write the file yourself, numpy.savez(PATH, x=x, y=y) "
-                                               "(and x_val=, y_val= for a fixed validation split)"))
+                        f"(optionally x_val and y_val)", hint=hint)
     try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
@@ -80,8 +79,8 @@ def labels(arrays: dict[str, np.ndarray], key: str, n: int, path: Path) -> tuple
     return np.concatenate([y, m.astype(np.float32)[:, None]], axis=1), BOXES
 
 
-def load(path: Path) -> Dataset:
-    arrays = read_npz(path)
+def load(path: Path, hint: str | None = None) -> Dataset:
+    arrays = read_npz(path, hint)
     need = ["x", "y"]
     if "x_val" in arrays or "y_val" in arrays:
         need += ["x_val", "y_val"]   # one without the other is almost surely a mistake

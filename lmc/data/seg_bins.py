@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.dataset import Dataset
 from lmc.core.errors import DataError
 from lmc.losses import BOXES, MASK
 
@@ -30,11 +30,10 @@ DET_LABEL_BYTES = 7200          # 30·7·7·4 + 7·7·4 + 4 + 56·20
 DET_PER_CELL, DET_GRID = 30, 7
 
 
-def _read(path: Path, kind: str, bytes_per_px: int, extra: int) -> tuple[np.ndarray, int, int]:
+def _read(path: Path, kind: str, bytes_per_px: int, extra: int, hint: str | None) -> tuple[np.ndarray, int, int]:
     """(records [n, bytes] u8, n, S): records of bytes_per_px·S² + extra bytes after a u32 count."""
     if not path.is_file():
-        raise DataError(f"no such file: {path}, expected the {kind} records (train.bin and val.bin)",
-                        hint=fetch_hint(kind, "convert the dataset with the reference's preprocessing scripts"))
+        raise DataError(f"no such file: {path}, expected the {kind} records (train.bin and val.bin)", hint=hint)
     raw = np.fromfile(path, np.uint8)
     if len(raw) < 4:
         raise DataError(f"{path}: {len(raw)} bytes, too short for the u32 record count")
@@ -51,19 +50,26 @@ def _read(path: Path, kind: str, bytes_per_px: int, extra: int) -> tuple[np.ndar
     return raw[4:].reshape(n, rec), n, s
 
 
-def _split(path: Path, kind: str):
-    if kind == "pets":
-        recs, n, s = _read(path, kind, 4, 0)
-        img = recs[:, :3 * s * s].reshape(n, 3, s, s).astype(np.float32) / np.float32(255.0)
-        x = (img - np.asarray(MEAN, np.float32)[:, None, None]) / np.asarray(STD, np.float32)[:, None, None]
-        y = recs[:, 3 * s * s:].reshape(n, s, s).astype(np.int32)
-        return x.astype(np.float32), y, 3
-    if kind in ("brats", "brats224"):
-        recs, n, s = _read(path, kind, 5, 0)
-        x = (recs[:, :4 * s * s].reshape(n, 4, s, s).astype(np.float32) - 128.0) * np.float32(5.0 / 127.0)
-        y = recs[:, 4 * s * s:].reshape(n, s, s).astype(np.int32)
-        return x.astype(np.float32), y, 4
-    recs, n, s = _read(path, kind, 3, DET_LABEL_BYTES)
+def pets_split(path: Path, kind: str, hint: str | None):
+    """(x, y, classes) of one pets file: ImageNet-normalized RGB, a trimap class per pixel."""
+    recs, n, s = _read(path, kind, 4, 0, hint)
+    img = recs[:, :3 * s * s].reshape(n, 3, s, s).astype(np.float32) / np.float32(255.0)
+    x = (img - np.asarray(MEAN, np.float32)[:, None, None]) / np.asarray(STD, np.float32)[:, None, None]
+    y = recs[:, 3 * s * s:].reshape(n, s, s).astype(np.int32)
+    return x.astype(np.float32), y, 3
+
+
+def brats_split(path: Path, kind: str, hint: str | None):
+    """(x, y, classes) of one brats file: four dequantized modalities, a class per pixel."""
+    recs, n, s = _read(path, kind, 5, 0, hint)
+    x = (recs[:, :4 * s * s].reshape(n, 4, s, s).astype(np.float32) - 128.0) * np.float32(5.0 / 127.0)
+    y = recs[:, 4 * s * s:].reshape(n, s, s).astype(np.int32)
+    return x.astype(np.float32), y, 4
+
+
+def det_split(path: Path, kind: str, hint: str | None):
+    """(x, y, None) of one pets_det file: ImageNet-normalized RGB, YOLO target ‖ cell mask."""
+    recs, n, s = _read(path, kind, 3, DET_LABEL_BYTES, hint)
     img = recs[:, :3 * s * s].reshape(n, 3, s, s).astype(np.float32) / np.float32(255.0)
     x = (img - np.asarray(MEAN, np.float32)[:, None, None]) / np.asarray(STD, np.float32)[:, None, None]
     lab = np.ascontiguousarray(recs[:, 3 * s * s:])
@@ -75,17 +81,17 @@ def _split(path: Path, kind: str):
     return x.astype(np.float32), np.concatenate([target, mask], axis=1).astype(np.float32), None
 
 
-def load(kind: str, path: Path) -> Dataset:
+def load(kind: str, path: Path, split, hint: str | None) -> Dataset:
+    """Dataset `kind` from DIR/train.bin and DIR/val.bin, each read by `split` (pets_split,
+    brats_split, det_split); `hint`: the kind's, where the files come from."""
     parts = {}
-    for split in ("train", "val"):
-        parts[split] = _split(Path(path) / f"{split}.bin", kind)
+    for name in ("train", "val"):
+        parts[name] = split(Path(path) / f"{name}.bin", kind, hint)
     (xt, yt, nc), (xv, yv, _) = parts["train"], parts["val"]
     if xt.shape[1:] != xv.shape[1:]:
         raise DataError(f"{path}: train images are {list(xt.shape[1:])} but val images are {list(xv.shape[1:])}")
-    if kind == "pets_det":
-        return Dataset(kind, xt, yt, xv, yv, num_classes=DET_PER_CELL - 10, label_format=BOXES,
-                       sources={"x_train": str(Path(path) / "train.bin"), "y_train": str(Path(path) / "train.bin"),
-                                "x_val": str(Path(path) / "val.bin"), "y_val": str(Path(path) / "val.bin")})
-    return Dataset(kind, xt, yt, xv, yv, num_classes=nc, label_format=MASK,
-                   sources={"x_train": str(Path(path) / "train.bin"), "y_train": str(Path(path) / "train.bin"),
-                            "x_val": str(Path(path) / "val.bin"), "y_val": str(Path(path) / "val.bin")})
+    sources = {"x_train": str(Path(path) / "train.bin"), "y_train": str(Path(path) / "train.bin"),
+               "x_val": str(Path(path) / "val.bin"), "y_val": str(Path(path) / "val.bin")}
+    if split is det_split:
+        return Dataset(kind, xt, yt, xv, yv, num_classes=DET_PER_CELL - 10, label_format=BOXES, sources=sources)
+    return Dataset(kind, xt, yt, xv, yv, num_classes=nc, label_format=MASK, sources=sources)

@@ -25,10 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.dataset import Dataset
 from lmc.core.errors import DataError
 
 VOCAB = 256
+# the vocabularies (`dataset: {kind: text, vocab: ...}`): the 256 byte values, or the corpus's characters
+VOCABS = ("byte", "char")
 VAL_FRACTION = 0.1
 # stdlib modules with much prose in their docstrings; their concatenated source is the corpus
 CORPUS_MODULES = ("argparse", "textwrap", "difflib", "inspect", "pydoc", "typing", "dataclasses",
@@ -47,14 +49,14 @@ def corpus_files() -> list[Path]:
     return out
 
 
-def corpus_bytes(path: Path | None) -> tuple[bytes, str]:
+def corpus_bytes(path: Path | None, hint: str | None = None) -> tuple[bytes, str]:
+    """(the text's bytes, where they were read) of the file at `path`, or of the embedded corpus
+    (None); `hint`: what to do when the file is missing."""
     if path is None:
         files = corpus_files()
         return b"\n".join(f.read_bytes() for f in files), f"embedded corpus ({len(files)} stdlib modules)"
     if not path.is_file():
-        raise DataError(f"no such file: {path}, expected a UTF-8 text file",
-                        hint=fetch_hint("text", "any UTF-8 text file will do; `dataset: text` without a "
-                                                "path uses the embedded corpus"))
+        raise DataError(f"no such file: {path}, expected a UTF-8 text file", hint=hint)
     data = path.read_bytes()
     try:
         data.decode("utf-8")
@@ -107,14 +109,15 @@ def unigram_entropy(ids: np.ndarray) -> float:
 
 
 def load(path: Path | None, input_shape: tuple[int, ...], vocab: str = "byte",
-         vocab_size: int | None = None) -> Dataset:
-    """`vocab`: byte or char; `vocab_size`: the head's, which a char vocabulary must fit in."""
+         vocab_size: int | None = None, hint: str | None = None) -> Dataset:
+    """`vocab`: byte or char; `vocab_size`: the head's, which a char vocabulary must fit in;
+    `hint`: what to do when the file is missing."""
     if len(input_shape) != 1:
         raise DataError(f"a text dataset yields token ids [seq_len], but the spec's input is {input_shape}",
                         hint="give the spec `input: {features: SEQ_LEN}` and a token_position_embed "
                              "layer with ids_input or gather")
     (t,) = input_shape
-    data, source = corpus_bytes(path)
+    data, source = corpus_bytes(path, hint)
     chars = char_vocab(data.decode("utf-8")) if vocab == "char" else None
     if chars is not None and vocab_size is not None and len(chars) > vocab_size:
         raise DataError(f"{source}: {len(chars)} distinct characters, but the net's vocab_size is {vocab_size}",

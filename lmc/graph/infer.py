@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from lmc.core.errors import LmcError, Loc, NotImplementedKind, ShapeError, SpecError
 from lmc.graph.ir import Graph, Param, State, Value
 from lmc.layers import Layer
-from lmc.spec.config import CLASS, dataset_labels
+from lmc.losses import CLASS
+from lmc.spec.config import dataset_labels
 from lmc.spec.netspec import NetSpec, parse_layer
 from lmc.core.types import TensorType
 

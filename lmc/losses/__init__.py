@@ -33,7 +33,7 @@ from lmc.core.registry import discover, registrar
 from lmc.core.render import TEMPLATES
 from lmc.core.types import TensorType
 
-# The label formats a loss consumes (and a dataset delivers: config.DATASET_LABELS).
+# The label formats a loss consumes (and a dataset delivers: its lmc/data/kinds module's label_format).
 CLASS = "class ids"         # int class index per sample
 SOFT = "soft"               # f32 target distribution per sample (rows sum to 1)
 MULTI_HOT = "multi-hot"     # f32 0/1 per class and sample

@@ -11,28 +11,31 @@ from typing import Any
 
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Choice, coerce, show, snake
-from lmc.losses import BOXES, CLASS, FLOAT, MASK, all_losses, default_loss, loss_class
+from lmc.data.kinds import all_datasets, label_format
+from lmc.losses import BOXES, MASK, all_losses, default_loss, loss_class
 from lmc.optim import declared_fields, optimizer_names
 
 REQUIRED = object()
 
 
-class DatasetKind(Choice):
-    mnist = "mnist"
-    cifar10 = "cifar10"
-    imagenette = "imagenette"
-    pets = "pets"
-    imagenet = "imagenet"
-    pets_det = "pets_det"
-    brats = "brats"
-    brats224 = "brats224"
-    digits = "digits"          # embedded default: scikit-learn's bundled 8x8 digits
-    npz = "npz"                # user arrays x, y (optional x_val, y_val)
-    synthetic = "synthetic"    # seeded random data of the spec's shapes
-    digits_seg = "digits_seg"          # embedded: 32x32 canvases of 1-3 digits, per-pixel labels
-    digits_denoise = "digits_denoise"  # embedded: noisy 16x16 digits, the clean image as target
-    digits_det = "digits_det"          # embedded: 64x64 mosaics of digits with YOLO box targets
-    text = "text"              # a UTF-8 file as byte windows (LMs); no path: the embedded corpus
+class _Kinds(Choice):
+    """A Choice whose unknown value is answered with the closest kind (`did you mean`)."""
+
+    @classmethod
+    def parse(cls, value: Any, where: str):
+        try:
+            return super().parse(value, where)
+        except SpecError as e:
+            from difflib import get_close_matches
+            close = get_close_matches(snake(value.lstrip(".")), [m.value for m in cls], 1) if isinstance(value, str) else []
+            if not close:
+                raise
+            raise SpecError(f"{e.message}; did you mean '{close[0]}'?", e.loc, e.hint) from None
+
+
+# The dataset kinds, one member per module of the dataset registry (lmc/data/kinds/), in the
+# seed's order: each module says what its kind is and delivers.
+DatasetKind = _Kinds("DatasetKind", [(name, name) for name in all_datasets()], module=__name__)
 
 
 # `train.optimizer`'s values: every optimizer of the registry (lmc/optim), made from it as
@@ -268,15 +271,11 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",)) -> "
     return TrainConfig(**values)
 
 
-# The label format each dataset delivers (losses.md §1; seed DatasetKind): a per-pixel mask for the
-# segmentation sets, YOLO box targets for pets_det, a class index per sample for the rest.
-DATASET_LABELS = {"pets": MASK, "brats": MASK, "brats224": MASK, "pets_det": BOXES,
-                  "digits_seg": MASK, "digits_denoise": FLOAT, "digits_det": BOXES}
-
-
 def dataset_labels(dataset) -> str:
-    """The label format `dataset` (a DatasetKind, its name or None) delivers."""
-    return DATASET_LABELS.get(getattr(dataset, "value", dataset), CLASS)
+    """The label format `dataset` (a DatasetKind, its name or None) delivers (losses.md §1; seed
+    DatasetKind), as its module in lmc/data/kinds declares it: a per-pixel mask for the
+    segmentation sets, YOLO box targets for pets_det, a class index per sample for most."""
+    return label_format(getattr(dataset, "value", dataset))
 
 
 def effective_loss(cfg, dataset=None) -> LossKind:

@@ -12,11 +12,10 @@ from typing import Any
 from lmc.spec.config import DatasetKind, parse_train
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
+from lmc.data.text import VOCABS      # a text dataset's vocabulary: the byte values or the corpus's characters
 from lmc.layers import all_layers
 from lmc.spec.yamlsrc import load_yaml
 
-# a text dataset's vocabulary: the 256 byte values, or the distinct characters of the corpus
-VOCABS = ("byte", "char")
 TOP_KEYS = ("name", "input", "layers", "train", "dataset", "image_h", "image_w", "det_stride",
             "build_tag", "conv_bn_act", "conv_pad_style")
 
