@@ -309,11 +309,11 @@ def test_the_launcher_prints_a_rank_message_the_abort_cut_off(tmp_path):
     from lmc.run.dist import _supervise
     rep = tmp_path / "report.log"
     said: list[str] = []
-    code = "from lmc.dist import report; report('error: rank 0: lost words'); raise SystemExit(3)"
+    code = "from lmc.run.dist import report; report('error: rank 0: lost words'); raise SystemExit(3)"
     rc = _supervise([sys.executable, "-c", code], {**ENV, "LMC_DIST_REPORT": str(rep)}, said.append,
                     tmp_path / "metrics.jsonl", rep)
     assert rc == 3 and said == ["error: rank 0: lost words"]
-    code = "import sys; from lmc.dist import report; print('error: seen', file=sys.stderr); report('error: seen')"
+    code = "import sys; from lmc.run.dist import report; print('error: seen', file=sys.stderr); report('error: seen')"
     rep.unlink()
     said.clear()
     assert _supervise([sys.executable, "-c", code], {**ENV, "LMC_DIST_REPORT": str(rep)}, said.append,

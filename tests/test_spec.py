@@ -509,7 +509,7 @@ def test_train_config_has_the_seeds_78_fields():
     from lmc.spec.config import _REGISTRY_FIELDS
     assert len(_FIELDS) == 78 and len(TRAIN_FIELDS) == 78 + len(_LMC_FIELDS) + len(_REGISTRY_FIELDS)
     import dataclasses
-    assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS + _LMC_FIELDS]
+    assert [f.name for f in dataclasses.fields(TrainConfig)] == [n for n, _, _ in _FIELDS + _LMC_FIELDS + _REGISTRY_FIELDS]
 
 
 def test_train_defaults_match_defaults_md():

@@ -363,7 +363,7 @@ def test_train_then_sample_a_char_lm(tmp_path):
     import json
     from rich.console import Console
     from lmc.run.checkpoint import read_tensors
-    from lmc.core.errors import LmcError, TrainError
+    from lmc.core.errors import EvalError, LmcError, TrainError
     from lmc.evaluate.sample import sample
     from lmc.train.trainer import TrainOptions, train
     corpus = tmp_path / "c.txt"
@@ -391,7 +391,7 @@ def test_train_then_sample_a_char_lm(tmp_path):
     with pytest.raises(TrainError, match="character vocabulary differs"):
         train(infer(load_spec(spec)), TrainOptions(out=run, steps=40, resume=True), Console(file=io.StringIO()))
     from lmc.evaluate.checkpoint import evaluate_checkpoint
-    with pytest.raises(TrainError, match="trained on another character vocabulary"):
+    with pytest.raises(EvalError, match="trained on another character vocabulary"):
         evaluate_checkpoint(infer(load_spec(spec)), run / "last.npz", None, None, None, lambda *a: None)
 
 
