@@ -24,8 +24,6 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -52,54 +50,14 @@ from lmc.run.dist import check_same, shard
 from lmc.run.runtime import Module
 from lmc.train.fp8 import project, project_params, weight_axes
 from lmc.train.masks import draw
-from lmc.train.tboard import Mirror
+from lmc.train.metrics_log import MetricsLog, NoMetrics, now as _now
+from lmc.train.options import CHECKPOINT, METRICS, VOCAB_FILE, Interrupted, Summary, TrainOptions
 
-CHECKPOINT = "last.npz"
-METRICS = "metrics.jsonl"
-VOCAB_FILE = "vocab.json"       # a char-level text run's vocabulary (also in every checkpoint's metadata)
+__all__ = ["Trainer", "train", "TrainOptions", "Summary", "Interrupted"]
 
 # data-parallel ranks compare their parameters and optimizer state bit for bit this often (and
 # at every eval and checkpoint)
 CHECK_EVERY = 100
-
-
-@dataclass
-class TrainOptions:
-    backend: str | None = None
-    chip: str | None = None
-    data: Path | None = None
-    out: Path | None = None
-    steps: int | None = None          # stop when the global step reaches this
-    init: Path | None = None
-    resume: bool = False
-    shuffle: bool = True
-    overwrite: bool = False
-    log_every: int = 10
-    tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
-    stream: bool | None = None        # image folders decoded per batch (None: by size)
-    dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others
-    nproc: int = 1                    # data-parallel ranks (lmc/dist.py; the launcher's world)
-
-
-class Interrupted(Exception):
-    """Ctrl-C: a checkpoint was saved at the current step; the CLI exits with code 130."""
-
-
-@dataclass
-class Summary:
-    out: Path
-    step: int
-    epoch: int
-    loss: float | None
-    eval: EvalResult | None
-    seconds: float
-    train_seconds: float
-    steps_run: int
-    images_per_s: float
-    checkpoint: Path | None = None
-    train_cpu_seconds: float = 0.0      # process CPU time (all threads) of the training steps
-    rank: int = 0                       # data-parallel: this process's rank (0 reports)
-    extra: dict = field(default_factory=dict)
 
 
 def _to_host(arrays) -> list[np.ndarray]:
@@ -110,70 +68,6 @@ def _to_host(arrays) -> list[np.ndarray]:
 def _scalar(v) -> float:
     """A loss or count as a float: a device scalar read back, or a host number."""
     return float(v.to_host() if hasattr(v, "to_host") else v)
-
-
-class _NoMetrics:
-    """A data-parallel rank other than 0: it logs nothing (rank 0 writes metrics.jsonl)."""
-    kept: list = []
-
-    def write(self, flush: bool = True, **rec):
-        pass
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-class _Metrics:
-    """RUN_DIR/metrics.jsonl, one JSON object per line, flushed as written."""
-
-    def __init__(self, path: Path, keep_until_step: int | None, tensorboard: Path | None = None):
-        self.path = path
-        self.tb = None
-        if tensorboard is not None:
-            self.tb = Mirror(tensorboard, None if keep_until_step is None else keep_until_step + 1)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.kept: list[dict] = []
-        if keep_until_step is None:
-            path.write_text("")
-        else:
-            # Drop what a killed run logged after its last checkpoint: the resumed run redoes it.
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue           # a line cut short by the kill
-                    if rec.get("step", 0) <= keep_until_step:
-                        self.kept.append(rec)
-            text = "".join(json.dumps(r) + "\n" for r in self.kept)
-            atomic_write(path, lambda f: f.write(text.encode()))
-        self.f = open(path, "a")
-
-    def write(self, flush: bool = True, **rec):
-        self.f.write(json.dumps(rec) + "\n")
-        if self.tb is not None:
-            self.tb.record(rec)
-        if flush:
-            self.flush()
-
-    def flush(self):
-        self.f.flush()
-        if self.tb is not None:
-            self.tb.flush()
-
-    def close(self):
-        if not self.f.closed:
-            self.f.close()
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = None
 
 
 class Trainer:
@@ -309,8 +203,8 @@ class Trainer:
         self.O = [up(a) for a in opt_state]
         self.S = [up(a) for a in state]
         self._setup_regions(params)
-        self.metrics = (_Metrics(self.out / METRICS, self.step if self.resumed is not None else None,
-                                 self.opts.tensorboard) if self.world.rank == 0 else _NoMetrics())
+        self.metrics = (MetricsLog(self.out / METRICS, self.step if self.resumed is not None else None,
+                                 self.opts.tensorboard) if self.world.rank == 0 else NoMetrics())
         # data-parallel: which process is which rank (`lmc train --nproc` names a dead one by it)
         dp = {"pids": self.world.allgather(os.getpid())} if self.world.size > 1 else {}
         if self.resumed is None:
