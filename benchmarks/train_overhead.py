@@ -1,4 +1,4 @@
-"""Python overhead of `lmc train`'s loop: mean step time through the real Trainer vs a bare loop
+"""Python overhead of `lmc train`'s loop: mean step time through the real trainer vs a bare loop
 of @train_step calls on device-resident arrays (same module, same batch size).
 
     PYTHONPATH=. python benchmarks/train_overhead.py specs/digits_cnn.yaml --steps 400
@@ -6,7 +6,7 @@ of @train_step calls on device-resident arrays (same module, same batch size).
 bare/device: x, y uploaded once, hp vectors precomputed, results fed straight back; one
              host read at the end (the floor: what the device and IREE's call path cost).
 bare/numpy:  the same, but x and y passed as fresh numpy arrays each step (upload per call).
-lmc train:   Trainer.run with --steps: background batching, lr schedule, hp vector, loss reads
+lmc train:   lmc.train.trainer.train with --steps: background batching, lr schedule, hp vector, loss reads
              every 10 steps, metrics.jsonl; its train_seconds excludes compile, data loading,
              eval and checkpoints.
 Runs are interleaved `--repeat` times and the best of each is reported (the machine is shared);
@@ -28,7 +28,7 @@ from lmc.graph.init import init_tensors
 from lmc.lower.lowering import abi, lower
 from lmc.run.runtime import Module
 from lmc.spec.netspec import load_spec
-from lmc.train.trainer import TrainOptions, Trainer
+from lmc.train.trainer import TrainOptions, train
 from lmc.data.fit import load_data
 
 
@@ -55,7 +55,7 @@ def through_lmc(spec: Path, steps: int, data: Path | None) -> float:
     net = infer(load_spec(spec))
     with tempfile.TemporaryDirectory() as d:
         opts = TrainOptions(out=Path(d) / "run", steps=steps + 1, overwrite=True, data=data)
-        s = Trainer(net, opts, Console(stderr=True, quiet=True)).run()
+        s = train(net, opts, Console(stderr=True, quiet=True))
     return s.train_seconds / s.steps_run, s.train_cpu_seconds / s.steps_run
 
 

@@ -11,12 +11,15 @@ from rich.console import Console
 
 from lmc.graph.infer import infer
 from lmc.spec.netspec import load_spec
-from lmc.train.trainer import Trainer, TrainOptions, _to_host
+from lmc.train.options import TrainOptions
+from lmc.train.plan import check_job
+from lmc.train.state import to_host
+from lmc.train.trainer import train_job
 
 spec, out, steps, *sets = sys.argv[1:]
 net = infer(load_spec(Path(spec), [(s, "--set") for s in sets]))
-t = Trainer(net, TrainOptions(out=Path(out), steps=int(steps), overwrite=True, dist_timeout=60.0),
-            Console(stderr=True))
-t.run()
-arrays = _to_host(t.P) + _to_host(t.O) + _to_host(t.S)
-np.savez(Path(out) / f"rank{t.world.rank}.npz", *arrays)
+job = check_job(net, TrainOptions(out=Path(out), steps=int(steps), overwrite=True, dist_timeout=60.0),
+                Console(stderr=True))
+summary, state = train_job(job)
+arrays = to_host(state.P) + to_host(state.O) + to_host(state.S)
+np.savez(Path(out) / f"rank{summary.rank}.npz", *arrays)

@@ -365,7 +365,7 @@ train: {learning_rate: 0.01, batch_size: 4, epochs: 1, use_yolov1: true}
 def test_train_refuses_an_unlowered_layer_before_loading_data(fake_compiler, monkeypatch, tmp_path, scan_declared):
     """The spec's data directory does not exist here: the refusal must come first, without
     reading any data or compiling."""
-    import lmc.train.trainer as tr
+    import lmc.train.plan as tr
     loaded = []
     monkeypatch.setattr(tr, "load_data", lambda *a: loaded.append(a) or _raise(AssertionError("data loaded")))
     spec = tmp_path / "unlowered.yaml"

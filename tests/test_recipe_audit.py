@@ -195,7 +195,7 @@ def test_field_is_honoured_or_refused(field, tmp_path, tmp_path_factory, bin_pat
         real_view = bt.TTA.view
         monkeypatch.setattr(bt.TTA, "view", lambda self, *a: draws.append(1) or real_view(self, *a))
     if OBSERVED.get(field) == "eval_images":
-        import lmc.train.trainer as tr
+        import lmc.train.callbacks as tr
         real_eval = tr.evaluate
         monkeypatch.setattr(tr, "evaluate", lambda *a, **k: draws.append(np.array(a[3])) or real_eval(*a, **k))
     if OBSERVED.get(field) == "swag_draws":

@@ -146,10 +146,12 @@ def test_train_at_train_res_and_evaluate_at_the_spec_resolution(tmp_path, monkey
     pytest.importorskip("iree.runtime")
     import json
 
-    import lmc.train.trainer as tr
+    import lmc.train.callbacks as tr
+    import lmc.train.steps as st
     steps, evals = [], []
-    real_step, real_eval = tr.Trainer._fused_step, tr.evaluate
-    monkeypatch.setattr(tr.Trainer, "_fused_step", lambda self, x, y, lr: steps.append(x.shape) or real_step(self, x, y, lr))
+    real_step, real_eval = st.FusedStep.step, tr.evaluate
+    monkeypatch.setattr(st.FusedStep, "step", lambda self, state, x, y, lr: steps.append(x.shape) or
+                        real_step(self, state, x, y, lr))
     monkeypatch.setattr(tr, "evaluate", lambda *a, **k: evals.append(np.array(a[3])) or real_eval(*a, **k))
     out = tmp_path / "run"
     r = CliRunner().invoke(app, ["train", str(_spec(tmp_path)), "--out", str(out)])

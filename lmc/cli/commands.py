@@ -27,7 +27,9 @@ from lmc.layers import all_layers
 from lmc.lower.lowering import abi, lower
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.train.bench import DeviceMissing, bench
-from lmc.train.trainer import Interrupted, TrainOptions, Trainer, train as run_training
+from lmc.train.options import Interrupted, TrainOptions
+from lmc.train.plan import check_job
+from lmc.train.trainer import train as run_training
 from lmc.trust.stats import save_bitmap
 
 @app.command(cls=_Command)
@@ -207,9 +209,9 @@ def train(spec: SpecArg,
                                 nproc=world if world > 1 else nproc)
             if world == 1 and nproc > 1:
                 # this process launches the ranks: refuse what they would refuse, once, here
-                t = Trainer(net, opts, err)
+                job = check_job(net, opts, err)
                 raise typer.Exit(launch(_rank_argv(sys.argv[1:]), nproc, devices.split(",") if devices else None,
-                                        lambda m: err.print(m, markup=False, highlight=False), t.out / "metrics.jsonl"))
+                                        lambda m: err.print(m, markup=False, highlight=False), job.out / "metrics.jsonl"))
             if devices:
                 os.environ["LMC_DEVICES"] = devices
             s = run_training(net, opts, err)

@@ -1,0 +1,315 @@
+"""The plan of a training run: everything `lmc train` decides and loads once, before the first step.
+
+Input: a TypedNet with a `train:` recipe, TrainOptions and the console.
+Output: a TrainJob (the checks that come before anything is loaded: what the launching process
+of `--nproc N` runs too), then a TrainPlan (backend, world, ABI, data, batcher, step counts,
+the compiled module loaded on this rank's device) and its Start (the initial host tensors and
+position); `open_metrics` then starts metrics.jsonl.
+
+Order, as the errors must come: refuse what will not run (lmc.check: every refusal at once,
+the data-parallel ones included) → option checks → lower (a refusal costs no loading) → the resumed checkpoint → load data → batcher and step counts → the resumed
+checkpoint's consistency checks → initial tensors (init, bootstrap, head and detector priors,
+--init, or the checkpoint; a bad --init file fails before compiling) → compile (cached) → load
+the module.  abi(...) is computed once (TrainJob.abi) and the net lowered once."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from lmc.compile import compile_module, resolve_backend
+from lmc.check import check
+from lmc.core.errors import TrainError
+from lmc.data import Batcher
+from lmc.data.batcher import TTA
+from lmc.data.fit import load_data
+from lmc.data.mix import Mixer
+from lmc.data.policy import Policy
+from lmc.graph.init import apply_det_prior, apply_head_prior, init_tensors
+from lmc.losses.boxes import BoxAffine
+from lmc.lower.lowering import abi, lower
+from lmc.run import dist
+from lmc.run.checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash
+from lmc.run.runtime import Module
+from lmc.train.metrics_log import MetricsLog, NoMetrics, now
+from lmc.train.options import CHECKPOINT, METRICS, VOCAB_FILE, TrainOptions
+from lmc.train.schedule import schedule_name
+from lmc.train.state import region_names
+from lmc.train.steps import Stop, StepStrategy, choose, lr_at
+
+
+@dataclass
+class TrainJob:
+    """What to train, on which world, into which run directory: checked before anything loads."""
+    net: object
+    opts: TrainOptions
+    console: object
+    world: object              # lmc.run.dist: Single unless a launcher started ranks
+    abi: object                # lmc.lower.lowering.Abi of this world size
+    out: Path
+
+    @property
+    def cfg(self):
+        return self.net.spec.train
+
+    @property
+    def gbatch(self) -> int:
+        """Examples per step, all ranks together."""
+        return self.net.batch * self.world.size
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out / CHECKPOINT
+
+    def log(self, text: str):
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def warn(self, text: str):
+        self.console.print("warning: " + text, style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+    def fit_labels(self, y):
+        """The data pipeline's labels → the loss's label tensor (class ids, soft targets, …)."""
+        return self.abi.loss.fit_labels(y, self.net.num_classes or 1, self.cfg)
+
+
+def check_job(net, opts: TrainOptions, console) -> TrainJob:
+    """Refuse what will not run, before touching data or the compiler (the refusals first)."""
+    world = dist.current(opts.dist_timeout)      # Single unless a launcher started ranks
+    # the launching process (`--nproc N`, one process yet) checks what its ranks will
+    W = world.size if world.size > 1 else opts.nproc
+    check(net, W).raise_all()          # every refusal, before any data is read or compiled
+    a = abi(net, W)
+    if world.size > 1 and world.rank != 0:       # rank 0 speaks and writes for the run
+        from rich.console import Console
+        console = Console(quiet=True)
+    out = Path(opts.out) if opts.out else Path("runs") / net.spec.name
+    _check_options(opts, out)
+    return TrainJob(net, opts, console, world, a, out)
+
+
+def _check_options(opts: TrainOptions, out: Path):
+    if opts.resume and opts.init:
+        raise TrainError("--resume and --init exclude each other: --resume continues the run in --out, "
+                         "--init starts a new one from given parameters")
+    if opts.steps is not None and opts.steps < 1:
+        raise TrainError(f"--steps must be at least 1, got {opts.steps}")
+    if not opts.resume and not opts.overwrite and (out / CHECKPOINT).exists():
+        raise TrainError(f"{out} already holds a run",
+                         hint="continue it with --resume, replace it with --overwrite, or choose another --out")
+
+
+@dataclass
+class Start:
+    """The initial host tensors and position: fresh (init, bootstrap, priors, --init) or the
+    resumed checkpoint's."""
+    params: list
+    opt: list
+    state: list
+    regions: dict              # region → {param name: array}: the checkpoint's, else empty
+    swa_n: int = 0
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    last_loss: float | None = None
+
+
+@dataclass
+class TrainPlan(TrainJob):
+    """A TrainJob resolved: the backend, the data and its batcher, the step counts and the
+    loaded module.  Nothing in it changes while training."""
+    backend: str
+    resumed: dict | None       # the resumed checkpoint's metadata (None: a new run)
+    ds: object
+    tta: object
+    batcher: Batcher
+    bpe: int                   # optimizer-complete steps per epoch
+    total: int
+    stop_at: int               # min(total, --steps)
+    module: Module
+
+    def lr_at(self, step: int) -> float:
+        return lr_at(self.cfg, self.abi.accum, self.bpe, step)
+
+    def step_strategy(self, stop: Stop) -> StepStrategy:
+        return choose(self.net, self.cfg, self.abi, self.world, stop)
+
+
+def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
+    """Lower, read the resumed checkpoint, load the data, count the steps, make the initial
+    tensors, compile and load the module — in the order their errors must come."""
+    cfg = job.cfg
+    backend = resolve_backend(job.opts.backend)
+    text = lower(job.net, backend=backend, world=job.world.size, the_abi=job.abi)   # before the data: a refusal costs no loading
+    resumed = _read_resume(job)
+    ds = _load_data(job, resumed)
+    tta = TTA(ds, cfg) if cfg.use_tta else None
+    batcher = _batcher(job, ds)
+    bpe, total, stop_at = _step_counts(job, batcher, ds)
+    if resumed is not None:
+        _check_resume(job, resumed.meta, bpe)
+    _announce(job, backend, ds, bpe, total)
+    # initial tensors on the host, before compiling: a bad --init file fails fast
+    start = _resumed_start(job, resumed) if resumed is not None else _initial_start(job)
+    module = _load_module(job, text, backend)
+    base = {f.name: getattr(job, f.name) for f in fields(TrainJob)}
+    plan = TrainPlan(**base, backend=backend, resumed=None if resumed is None else resumed.meta, ds=ds,
+                     tta=tta, batcher=batcher, bpe=bpe, total=total, stop_at=stop_at, module=module)
+    return plan, start
+
+
+def _read_resume(job: TrainJob):
+    if not job.opts.resume:
+        return None
+    if not job.ckpt_path.exists():
+        raise TrainError(f"--resume: no checkpoint to resume in {job.out} ({job.ckpt_path} does not exist)")
+    return load_checkpoint(job.ckpt_path, job.net, job.abi.opt_keys, region_names(job.cfg, job.abi.accum))
+
+
+def _load_data(job: TrainJob, resumed):
+    ds = load_data(job.net, job.opts.data, job.cfg.seed, job.opts.stream)
+    if resumed is not None and resumed.meta.get("vocab") != ds.vocab:
+        raise TrainError(f"--resume: the text's character vocabulary differs from the one {job.ckpt_path} "
+                         f"was trained on (token ids would mean other characters)",
+                         hint="resume on the same corpus, or start a new run")
+    job.abi.loss.check_data(ds, job.abi.labels, job.fit_labels)
+    return ds
+
+
+def _batcher(job: TrainJob, ds) -> Batcher:
+    cfg = job.cfg
+    erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
+    # data-parallel: every rank prepares the global batch (the single-process stream of a
+    # batch of W·batch_size) and keeps its slice (lmc/dist.py shard)
+    return Batcher(ds, job.gbatch, seed=cfg.seed, shuffle=job.opts.shuffle,
+                   augment=cfg.augment, random_erasing=erasing, labels=job.fit_labels,
+                   mix=Mixer.from_config(cfg), policy=Policy.from_config(cfg, ds),
+                   repeated=cfg.repeated_aug, boxes=BoxAffine.from_config(cfg))
+
+
+def _step_counts(job: TrainJob, batcher: Batcher, ds) -> tuple[int, int, int]:
+    """(steps per epoch, total steps, the step to stop at)."""
+    k = job.abi.accum
+    # with k-step accumulation an epoch is whole cycles of k micro-batches (the remainder
+    # is dropped like the batch remainder: one optimizer batch is k·batch_size examples)
+    bpe = batcher.steps_per_epoch // k * k
+    if bpe == 0:
+        raise TrainError(f"grad_accum_steps {k} × batch {job.gbatch} = {k * job.gbatch} examples per "
+                         f"optimizer step, but the training split has {len(ds.x_train):,}",
+                         hint="lower train.grad_accum_steps or train.batch_size")
+    total = job.cfg.epochs * bpe
+    stop_at = min(total, job.opts.steps) if job.opts.steps else total
+    return bpe, total, stop_at
+
+
+def _check_resume(job: TrainJob, m: dict, bpe: int):
+    """The resumed checkpoint against this run: what would change the data position is refused,
+    what would only change the numbers is warned of."""
+    cfg, W = job.cfg, job.world.size
+    for key, now_ in (("batch_size", job.gbatch), ("steps_per_epoch", bpe)):
+        if m.get(key) != now_:
+            what = "global batch (ranks × batch_size)" if key == "batch_size" else key
+            raise TrainError(f"--resume: the checkpoint was trained with {what} {m.get(key)}, now {now_}; "
+                             f"the data position would not mean the same batches",
+                             hint="resume with the same global batch (--nproc × train.batch_size) and dataset")
+    if m.get("ranks", 1) != W and job.net.state:
+        job.warn(f"the checkpoint was trained on {m.get('ranks', 1)} rank(s), this run has {W}: the BN "
+                 f"batch statistics are now over {job.net.batch} examples per rank")
+    if m.get("fp8", "off") != cfg.fp8.value:
+        raise TrainError(f"--resume: the checkpoint was trained with fp8 {m.get('fp8', 'off')}, this "
+                         f"recipe has fp8 {cfg.fp8.value}", hint="resume with the recipe the run was started with")
+    for key, now_ in (("seed", cfg.seed), ("shuffle", job.opts.shuffle)):
+        if m.get(key) != now_:
+            job.warn(f"the checkpoint used {key}={m.get(key)}, this run {key}={now_}: "
+                     f"the resumed run will not repeat the uninterrupted one")
+
+
+def _optimizer_names(job: TrainJob) -> str:
+    return "+".join(sorted({o.name for o in job.abi.optimizers.values()}))
+
+
+def _announce(job: TrainJob, backend: str, ds, bpe: int, total: int):
+    cfg, net, W = job.cfg, job.net, job.world.size
+    if cfg.warmup_epochs and schedule_name(cfg) == "constant":
+        job.warn("warmup_epochs is ignored with a constant lr (as the reference); "
+                 "set cosine_decay or exp_lr_decay_rate")
+    job.log(f"{net.spec.name}: {net.total_params:,} parameters, batch {net.batch}, {bpe} steps/epoch "
+            f"× {cfg.epochs} epochs ({total:,} steps); {_optimizer_names(job)}, lr {cfg.learning_rate:g} "
+            f"{schedule_name(cfg)}; dataset {ds.name} ({len(ds.x_train):,} train, "
+            f"{len(ds.x_val):,} val); backend {backend}; run dir {job.out}")
+    if W > 1:
+        job.log(f"data-parallel: {W} ranks × batch {net.batch} = global batch {job.gbatch} per step "
+                f"(train.batch_size is per rank; change it with --set train.batch_size=…); gradients "
+                f"summed by MPI all-reduce, BN statistics per rank, averaged at each eval and checkpoint")
+
+
+def _resumed_start(job: TrainJob, resumed) -> Start:
+    m = resumed.meta
+    s = Start(resumed.params, resumed.opt, resumed.state, resumed.regions, int(m.get("swa_n", 0)),
+              int(m["step"]), int(m["epoch"]), int(m["batch"]), m.get("loss"))
+    job.log(f"resuming {job.ckpt_path} at step {s.step} (epoch {s.epoch + 1}, batch {s.batch})")
+    return s
+
+
+def _initial_start(job: TrainJob) -> Start:
+    net, cfg, init = job.net, job.cfg, job.opts.init
+    params, state = init_tensors(net, cfg.seed)
+    # the reference's order (training.md §1): bootstrap, head prior, detector prior
+    for note in (apply_bootstrap(params, state, net, cfg) + apply_head_prior(params, net, cfg)
+                 + apply_det_prior(params, net, cfg)):
+        job.log(note)
+    if init is not None:
+        got = load_init(Path(init), net)
+        params = got.params
+        if got.state is not None:
+            state = got.state
+        elif net.state:
+            job.log(f"note: {init} has no BN statistics; they start at mean 0, variance 1")
+        job.log(f"initialized from {init}: {got.what}")
+    return Start(params, job.abi.initial_opt(), state, {})
+
+
+def _load_module(job: TrainJob, text: str, backend: str) -> Module:
+    t0 = time.time()
+    c = compile_module(text, None, backend, job.opts.chip)
+    job.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
+    return Module(c.path, backend, device=_device(job.world, backend))
+
+
+def _device(world, backend: str) -> str | None:
+    """This rank's device of --devices (LMC_DEVICES, one per local rank), else the default."""
+    devs = [d for d in os.environ.get("LMC_DEVICES", "").split(",") if d]
+    if not devs:
+        return None
+    if backend == "llvm-cpu":
+        raise TrainError("--devices names GPU devices; on llvm-cpu the ranks share the machine's cores",
+                         hint="drop --devices, or train with --backend cuda/rocm")
+    if world.local_rank >= len(devs):
+        raise TrainError(f"--devices {','.join(devs)}: {len(devs)} device(s) for {world.local_size} ranks on this machine",
+                         hint="name one device per rank")
+    return devs[world.local_rank]
+
+
+def open_metrics(plan: TrainPlan, start: Start):
+    """metrics.jsonl (rank 0; the others log nothing): a new run's header (and its vocabulary
+    file), or a resumed run's `resume` record after the lines it keeps."""
+    net, cfg, opts, W = plan.net, plan.cfg, plan.opts, plan.world.size
+    metrics = (MetricsLog(plan.out / METRICS, start.step if plan.resumed is not None else None,
+                          opts.tensorboard) if plan.world.rank == 0 else NoMetrics())
+    # data-parallel: which process is which rank (`lmc train --nproc` names a dead one by it)
+    dp = {"pids": plan.world.allgather(os.getpid())} if W > 1 else {}
+    if plan.resumed is not None:
+        metrics.write(kind="resume", time=now(), step=start.step, epoch=start.epoch + 1, batch=start.batch, **dp)
+        return metrics
+    metrics.write(kind="header", time=now(), spec=net.spec.file, name=net.spec.name, **dp,
+                  net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
+                  global_batch=plan.gbatch,
+                  steps_per_epoch=plan.bpe, epochs=cfg.epochs, optimizer=_optimizer_names(plan), ranks=W,
+                  schedule=schedule_name(cfg), learning_rate=cfg.learning_rate, seed=cfg.seed,
+                  shuffle=opts.shuffle, dataset=plan.ds.name, n_train=len(plan.ds.x_train),
+                  n_val=len(plan.ds.x_val), backend=plan.backend)
+    if plan.ds.vocab is not None and plan.world.rank == 0:
+        body = json.dumps({"vocab": "char", "chars": list(plan.ds.vocab)}, ensure_ascii=False)
+        atomic_write(plan.out / VOCAB_FILE, lambda f: f.write(body.encode("utf-8")))
+    return metrics
