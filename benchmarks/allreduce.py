@@ -1,5 +1,5 @@
 """All-reduce cost at 2 ranks on this machine, the measurement behind lmc's choice of engine
-(lmc/dist.py, docs/distributed.md): a ResNet-18-sized gradient (11,181,642 float32) summed by
+(lmc/run/dist.py, docs/distributed.md): a ResNet-18-sized gradient (11,181,642 float32) summed by
 
 - MPI (mpi4py + the MPICH wheel): one in-place MPI_Allreduce, and lmc's own path
   (`lmc.dist.Mpi.sum_buffers`: 62 host arrays packed into 25 MB buckets, Iallreduce per bucket);

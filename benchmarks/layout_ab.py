@@ -1,4 +1,4 @@
-"""A/B of the network-wide activation layout (lmc/layout.py, issue 15 item 1): the same net
+"""A/B of the network-wide activation layout (lmc/graph/layout.py, issue 15 item 1): the same net
 lowered with the layout pass (HBWC between primitives that have an HBWC form) and with
 LMC_LAYOUT=nchw (every value NCHW; each conv transposes to and from HBWC itself), compiled
 alike, their train steps timed interleaved in one process (wall and process CPU ms, medians).

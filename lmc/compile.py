@@ -69,7 +69,7 @@ def task_workers_env() -> int | None:
 
 
 def runtime_workers() -> int:
-    """How many task workers the llvm-cpu runtime will run (lmc/runtime.py): LMC_TASK_WORKERS
+    """How many task workers the llvm-cpu runtime will run (lmc/run/runtime.py): LMC_TASK_WORKERS
     when set, else one per core."""
     return task_workers_env() or os.cpu_count() or 1
 

@@ -1,4 +1,4 @@
-"""The FPN detector's data path (lmc/data/boxes.py): grid targets ↔ box lists, the multi-scale
+"""The FPN detector's data path (lmc/losses/boxes.py): grid targets ↔ box lists, the multi-scale
 encoding (its decode by the loss's ground truth is the identity on the boxes), box-aware affine
 augmentation (`fpn_affine_*`: the boxes follow the image, Pillow's affine map checked on a drawn
 rectangle; the pixel and area thresholds drop boxes), and the recipe rules."""

@@ -336,7 +336,7 @@ def test_validate_warns_of_what_render_and_train_refuse(tmp_path, scan_declared)
         f"warning: {spec}:{line}:5: not implemented yet: mamba_block (layer {i}): `lmc info` counts "
         f"it, but it is not lowered to StableHLO, so lmc render, compile and train refuse it" for line, i in ((6, 1), (7, 2))]
     assert r.stderr.splitlines()[-1].endswith("ok — 5 layers, 1,818 parameters, output [4, 10]")
-    # recipe refusals (train.check_recipe) and a loss option that is not lowered yet
+    # recipe refusals (lmc/check/training.py) and a loss option that is not lowered yet
     yolo = tmp_path / "yolo.yaml"
     yolo.write_text(YOLO)
     r = run("validate", yolo, "--set", "train.sync_bn=true", "--set", "train.yolo_cls_focal_gamma=2")

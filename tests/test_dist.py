@@ -1,4 +1,4 @@
-"""Data-parallel training (lmc/dist.py) with 2 CPU ranks under MPICH's mpiexec:
+"""Data-parallel training (lmc/run/dist.py) with 2 CPU ranks under MPICH's mpiexec:
 
 - no BN: after k steps the parameters and optimizer state of 2 ranks × batch 32 equal one
   process training at batch 64 (f32 tolerance), and the two ranks are bit-identical;

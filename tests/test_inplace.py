@@ -1,4 +1,4 @@
-"""In-place state updates (lmc/inplace.py): which @train_step arguments are tied to their
+"""In-place state updates (lmc/lower/inplace.py): which @train_step arguments are tied to their
 results, and that a tied module trains bit-identically to an untied one through IREE — with
 the buffers really reused (the returned state is the argument's storage)."""
 from __future__ import annotations

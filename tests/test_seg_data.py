@@ -1,6 +1,6 @@
 """Labels other than class ids: the npz label ABIs (per-pixel masks, float targets, YOLO targets
 with their mask), the embedded digits_seg / digits_denoise sets, the segmentation and regression
-metrics (lmc/metrics.py), the refusal of data whose labels do not fit the train step, and (iree)
+metrics (lmc/evaluate/metrics.py), the refusal of data whose labels do not fit the train step, and (iree)
 a segmentation run end to end: loss falls, mIoU in the JSONL, `lmc eval --json`, `lmc plot`."""
 from __future__ import annotations
 

@@ -254,7 +254,7 @@ def test_detr_heads_train_with_the_set_loss_only():
 # each), products accumulated in f32.  Through a causal block, its backward and one SGD step:
 # loss within 1%, each tensor's update within 10% of its largest entry + 1% of the net's largest
 # update.  Observed (IREE 3.13, llvm-cpu): loss 4.3e-4 / 2.5e-3 (plain / flash), updates ≤ 3.8%,
-# the same in the convert and the emulated form (lmc/lower.py _bf16_form);
+# the same in the convert and the emulated form (lmc/lower/lowering.py _bf16_form);
 # the f32 module is within 1e-5 of the same reference; a wrong gradient is off by O(1).
 BF16_LOSS_RTOL, BF16_UPDATE_RTOL = 1e-2, 0.10
 
@@ -282,7 +282,7 @@ BF16_NETS = {
                                        ("conv_bf16_conv", "convert"), ("conv_bf16_conv", "emulated")])
 def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form, monkeypatch):
     pytest.importorskip("jax")
-    monkeypatch.setenv("LMC_BF16_FORM", form)       # both spellings of train.bf16 (lmc/lower.py)
+    monkeypatch.setenv("LMC_BF16_FORM", form)       # both spellings of train.bf16 (lmc/lower/lowering.py)
     import jax.numpy as jnp
     from lmc.lower.lowering import abi, hyperparams, lower
     from tests.test_oracle import _batch, _init, _module, classifier_yaml, make_jax_step

@@ -33,10 +33,10 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
 
 
 def check_recipe_fits(net) -> None:
-    """The recipe against the inferred net (config.check_against_net): the loss's label layout
-    against the output's rank, the class count of weights and priors.  One check for every path:
-    `lmc validate` runs it, lower() before rendering a @train_step (render, compile, bench; a
-    loss of logits [B, NC] on a rank-4 output would not compile) and Trainer before anything else."""
+    """The recipe against the inferred net (check_against_net): the loss's label layout
+    against the output's rank, the class count of weights and priors, train_res and
+    test_crop_ratio against the net (a loss of logits [B, NC] on a rank-4 output would render a
+    module iree-compile rejects).  The check stage runs it once per net, for every command."""
     s = net.spec
     if s.train is None:
         return

@@ -1,5 +1,5 @@
 """Command line: `lmc validate | info | render | compile | train | eval | bench | plot | layers`
-(and the trust tools `compare | attack | certify | lipschitz`, lmc/trust/commands.py).
+(and the trust tools `compare | attack | certify | lipschitz`, lmc/cli/trust.py).
 Commands are thin: parse options, call one pipeline function, print.  Artifacts go to stdout
 or -o; progress and errors to stderr.  Every LmcError exits with code 2."""
 from __future__ import annotations

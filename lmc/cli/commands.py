@@ -282,7 +282,7 @@ def eval_cmd(spec: SpecArg,
                 raise LmcError("--predictions draws segmentation, detection or regression outputs; this spec's "
                                "labels are class ids")
         err.print(f"wrote {predictions}", markup=False, highlight=False)
-    if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/metrics.py)
+    if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/evaluate/metrics.py)
         print(json.dumps({**r.as_dict(), "region": r.region}))
     elif as_json:
         d = r.as_dict()

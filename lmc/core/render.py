@@ -58,7 +58,7 @@ def render_prim(prim, ins: list[TensorType], ps: list[TensorType], out: TensorTy
     ctx["y"] = out.mlir
     ctx["mask"] = TensorType(out.dims, "i1").mlir
     ctx.update(prim.attrs)
-    ctx["hbwc"] = prim.layout == "hbwc"      # the 4-D types are [H, B, W, C] (lmc/layout.py)
+    ctx["hbwc"] = prim.layout == "hbwc"      # the 4-D types are [H, B, W, C] (lmc/graph/layout.py)
     if prim.mixes_layouts:
         ctx["hbwc_out"] = prim.out_layout == "hbwc"     # the output's (and dy's) layout
     ctx.update(prim.context(ins, ps, out))

@@ -23,7 +23,7 @@ from lmc.core.errors import DataError
 from lmc.data.policy import Policy
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
-_SHUFFLE, _AUGMENT, _MIX, _TTA, _BOXES = 0, 1, 2, 4, 5      # (3: lmc/masks.py)
+_SHUFFLE, _AUGMENT, _MIX, _TTA, _BOXES = 0, 1, 2, 4, 5      # (3: lmc/train/masks.py)
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:

@@ -16,7 +16,7 @@ mixed t is a convex combination of two rows of t, so rows that summed to 1 still
 
 With both mixup and cutmix on, each batch takes one of them with probability ½ (timm's
 `switch_prob`, the DeiT recipe) — the seed's priority would leave cutmix accepted and unused.
-KNN-mixup excludes the other two (config.check_rules refuses the combination).
+KNN-mixup excludes the other two (the check stage refuses the combination).
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
     run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
     recalibrate N > 0: the BN statistics re-estimated from N training batches first
-    (lmc/trust/recalibrate.py)."""
+    (lmc/evaluate/recalibrate.py)."""
     if region not in EVAL_REGIONS:
         raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
     if recalibrate:

@@ -34,7 +34,7 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def _plot_other_evals(ax, evals, bpe):
-    """The metrics of lmc/metrics.py: segmentation (val mIoU and pixel accuracy, %), detection
+    """The metrics of lmc/evaluate/metrics.py: segmentation (val mIoU and pixel accuracy, %), detection
     (val mAP@0.5 and mAP@[.5:.95], %) or regression (val PSNR, dB)."""
     seg = [r for r in evals if r.get("miou") is not None]
     if seg:

@@ -33,7 +33,7 @@ def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) 
     nc = net.num_classes or 1
     batcher = Batcher(ds, net.batch, seed=cfg.seed, shuffle=True, labels=lambda y: a.loss.fit_labels(y, nc, cfg))
     # host arrays for what the step updates and this discards: each call copies them into fresh
-    # buffers, as @train_step writes its new state over its arguments (lmc/inplace.py)
+    # buffers, as @train_step writes its new state over its arguments (lmc/lower/inplace.py)
     P = [np.asarray(p, np.float32) for p in params]
     S = [up(s) for s in init_tensors(net, cfg.seed)[1]]        # any start: the first batch replaces it (m = 0)
     hp = a.hp_vector(cfg, 0.0, 1)

@@ -124,7 +124,7 @@ def _logits(module, params, state, x, y, batch: int, tta=None, world=None):
 def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int,
              label_format: str = "class ids", regions: dict | None = None, loss=None, tta=None, world=None):
     """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays.
-    Labels other than class ids are scored by lmc/metrics.py: per-pixel masks (pixel accuracy,
+    Labels other than class ids are scored by lmc/evaluate/metrics.py: per-pixel masks (pixel accuracy,
     IoU, region Dice over `regions`), float targets (MSE, PSNR), box targets (mAP, decoded by
     the recipe's `loss`).  tta: a data.TTA — each batch's logits are the mean over its
     `samples` augmented views (class ids only).  world: data-parallel ranks share the batches

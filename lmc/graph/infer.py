@@ -117,7 +117,7 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
 
 def _dropout(g, x, entry, spec):
     """train.dropout: the classifier dropout of the seed — the final dense layer's input times a
-    per-element keep mask the host draws each step (0 or 1/keep, lmc/masks.py; all ones in
+    per-element keep mask the host draws each step (0 or 1/keep, lmc/train/masks.py; all ones in
     eval, the exact identity)."""
     if entry.layer.kind != "dense":
         raise SpecError(f"train.dropout drops the input of the final dense layer, but the net ends with "

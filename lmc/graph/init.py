@@ -105,7 +105,7 @@ def _draw(p, rng: np.random.Generator) -> np.ndarray:
                 out = np.abs(z) > 2.0
         return (z * p.std).astype(np.float32)
     raise SpecError(f"parameter {p.name}: unknown init kind {p.init!r} (known: {', '.join(KINDS)})",
-                     hint="add the rule to lmc/init.py")
+                     hint="add the rule to lmc/graph/init.py")
 
 
 def apply_det_prior(params: list[np.ndarray], net, cfg) -> list[str]:

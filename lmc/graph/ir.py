@@ -50,7 +50,7 @@ class Value:
 
 @dataclass(frozen=True, eq=False)
 class Mask:
-    """A per-step random input of the train step, drawn by the host (lmc/masks.py): dropout's
+    """A per-step random input of the train step, drawn by the host (lmc/train/masks.py): dropout's
     per-element keep mask or a stochastic-depth site's per-example one, its values 0 or
     1/keep.  The eval functions (@forward, @input_grad) feed all ones: the exact identity."""
     value: Value

@@ -27,7 +27,7 @@ def check_channels(x, ic: int, what: str = "ic"):
 
 def drop_path(g, branch, net):
     """A stochastic-depth site: the residual branch times a per-example keep mask [B, 1, …]
-    drawn by the host (0 or 1/keep; the rate ramps linearly over the net's sites, lmc/masks.py).
+    drawn by the host (0 or 1/keep; the rate ramps linearly over the net's sites, lmc/train/masks.py).
     Without train.drop_path the branch is returned as is; in eval the mask is all ones."""
     cfg = getattr(net, "train", None)
     if cfg is None or not cfg.drop_path:

@@ -15,7 +15,7 @@ jax.numpy gets it from tests/conftest.py, so lmc itself never imports JAX).  Its
 `loss` is the batch mean, `dlogits` its gradient (hand-derived), `correct` the metric count.
 
 Declared and lowered: every kind the seed names has a module, so parsing and the recipe rules
-(config.LossKind, config.check_rules, config.check_against_net) ask the loss itself.  A kind is
+(spec.config.LossKind, the check stage's recipe and net rules) ask the loss itself.  A kind is
 *lowered* exactly when its template `templates/losses/<name>.mlir.j2` exists (one rule, read at
 registration: `Loss.lowered`); a declared kind without one is refused by `lmc render` and
 `lmc train` as not implemented yet (`make_loss`).  Modules are discovered automatically; no
@@ -100,7 +100,7 @@ class Loss:
     # the template's `correct` is a count of right predictions (False: a regression, always 0)
     counts_correct: ClassVar[bool] = True
     # the batch's loss is the mean of per-example terms of fixed weight, so the mean of equal
-    # shards' gradients is the batch's gradient (data-parallel ranks, lmc/dist.py); False for
+    # shards' gradients is the batch's gradient (data-parallel ranks, lmc/run/dist.py); False for
     # a ratio over the batch (weighted CE's Σw·CE/Σw) or a batch-wide statistic (soft Dice)
     batch_mean: ClassVar[bool] = True
     # the oracle's net for the loss × optimizer grid, (layers, input dims) before the head

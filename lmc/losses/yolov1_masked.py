@@ -234,7 +234,7 @@ class YoloV1Masked(Loss):
 
     def fit_labels(self, y, num_classes, cfg):
         """The dataset's YOLO targets as the step takes them.  The FPN path encodes its flat
-        multi-scale target per batch from box lists (lmc/data/boxes.py) — or from the single-box
+        multi-scale target per batch from box lists (lmc/losses/boxes.py) — or from the single-box
         grid targets of the dataset, read as box lists — so box-aware augmentation can move
         the boxes first."""
         if self.fpn and np.ndim(y) != 2:
@@ -386,7 +386,7 @@ class YoloV1Masked(Loss):
     def ground_truth(self, t: np.ndarray):
         """Labels t → per image (boxes [n, 4] in image units, classes [n]): single box
         [B, P + 1, gH, gW] (mask last), or per anchor slot (its objectness channel)."""
-        if t.ndim == 3:                   # box lists (lmc/data/boxes.py)
+        if t.ndim == 3:                   # box lists (lmc/losses/boxes.py)
             out = []
             for b in t:
                 b = b[b[:, 0] >= 0].astype(np.float64)

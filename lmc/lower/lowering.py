@@ -17,7 +17,7 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   at the spec's input: one module holding the net lowered at both shapes, infer.train_net)
   @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
   @spectral_project(W..., U..., cap) -> (W'..., U'...)  (train.spectral_cap; W the capped
-      weights, U their power-iteration vectors: lmc/trust/spectral.py)
+      weights, U their power-iteration vectors: lmc/lower/spectral.py)
 @input_grad is the training graph (BN with batch statistics) carried down to the input: the
 loss of the batch and its gradient with respect to x, for attacks (lmc/trust/attack.py).
 The hp layout (`Abi.hp`) is assembled from what the loss, the optimizers and the update knobs
@@ -71,7 +71,7 @@ class Abi:
     no_decay: frozenset = frozenset()   # params excluded from weight decay (wd_exclude_norm_bias)
     used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
     masks: list = field(default_factory=list)   # graph.Mask: the train step's host-drawn random inputs
-    world: int = 1                  # data-parallel ranks (lmc/dist.py): the gradient is Σ over them
+    world: int = 1                  # data-parallel ranks (lmc/run/dist.py): the gradient is Σ over them
 
     @property
     def split(self) -> bool:
@@ -311,7 +311,7 @@ def _prim_for(node: Node, forms: dict):
 
 
 def _placed(net: TypedNet, em: _Emitter):
-    """(graph, output) with the lowering's spellings and activation layouts (lmc/layout.py):
+    """(graph, output) with the lowering's spellings and activation layouts (lmc/graph/layout.py):
     what the forward and reverse walks visit."""
     key = id(net.graph)
     if key not in em.placed:

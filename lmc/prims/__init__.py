@@ -52,7 +52,7 @@ class Prim:
     # (attrs, input types, param types) triples used by the per-primitive oracle tests; an
     # attrs entry `layout="hbwc"` tests the HBWC form (the test module converts at its edges)
     examples: ClassVar[list] = []
-    # Activation layouts (lmc/layout.py).  Shapes, references and tests are NCHW (logical).  A
+    # Activation layouts (lmc/graph/layout.py).  Shapes, references and tests are NCHW (logical).  A
     # primitive whose `layouts()` includes "hbwc" also has a form taking its 4-D inputs and
     # returning its 4-D output as [H, B, W, C] — the conv matmuls' own layout, so a chain of
     # convs, norms, activations and pools needs no transposes between them.  That form is the

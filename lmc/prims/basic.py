@@ -85,7 +85,7 @@ class Bias(Prim):
 
     def context(self, ins, ps, out):
         x = ins[0]
-        c = Axes(self.layout).pos("c") if x.rank == 4 else 1       # channels' axis (lmc/layout.py)
+        c = Axes(self.layout).pos("c") if x.rank == 4 else 1       # channels' axis (lmc/graph/layout.py)
         return {"cdim": f"[{c}]", "other_dims": [d for d in range(x.rank) if d != c]}
 
     @staticmethod

@@ -90,13 +90,13 @@ class Conv(Prim):
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 2, 2)], [_t(4, 3, 3, 3)]),   # s2 to 1x1: dead first row/col
         (dict(stride=1, pad=(2, 0, 0, 1), groups=1), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),   # asymmetric, taps dead on one side
         (dict(stride=1, pad=(1, 1, 0, 0), groups=3), [_t(2, 3, 4, 4)], [_t(3, 1, 3, 1)]),   # depthwise, non-square kernel
-        # the HBWC form (lmc/layout.py): plain, strided (phase dx), grouped, grouped strided, dead taps
+        # the HBWC form (lmc/graph/layout.py): plain, strided (phase dx), grouped, grouped strided, dead taps
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1, layout="hbwc"), [_t(2, 3, 5, 5)], [_t(4, 3, 3, 3)]),
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1, layout="hbwc"), [_t(2, 2, 7, 7)], [_t(3, 2, 3, 3)]),
         (dict(stride=1, pad=(2, 2, 2, 2), groups=2, layout="hbwc"), [_t(1, 4, 5, 5)], [_t(6, 2, 5, 5)]),
         (dict(stride=2, pad=(1, 1, 1, 1), groups=3, layout="hbwc"), [_t(2, 6, 5, 5)], [_t(6, 2, 3, 3)]),
         (dict(stride=1, pad=(2, 0, 0, 1), groups=1, layout="hbwc"), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),
-        # one side HBWC, the other NCHW (lmc/layout.py: conv converts inside its matmuls)
+        # one side HBWC, the other NCHW (lmc/graph/layout.py: conv converts inside its matmuls)
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1, layout="hbwc", out_layout="nchw"), [_t(2, 2, 7, 7)], [_t(3, 2, 3, 3)]),
         (dict(stride=1, pad=(1, 1, 1, 1), groups=2, out_layout="hbwc"), [_t(2, 4, 5, 5)], [_t(4, 2, 3, 3)]),
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1, out_layout="hbwc"), [_t(2, 3, 5, 5)], [_t(4, 3, 3, 3)]),

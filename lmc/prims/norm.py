@@ -51,7 +51,7 @@ class BatchNorm(Prim):
         n = x.size // ps[0].dims[0]
         if x.rank == 2:
             cs, cdim = {"axes": "[0]", "split": None, "flat": None}, "[1]"
-        else:           # the axes other than channels, in x's layout (lmc/layout.py)
+        else:           # the axes other than channels, in x's layout (lmc/graph/layout.py)
             cs, cdim = channel_sums(x, self.layout), f"[{Axes(self.layout).pos('c')}]"
         return {"cs": cs, "cdim": cdim, "inv_n": flt(1.0 / n), "eps": flt(EPS), "c": ps[0].mlir}
 

@@ -44,7 +44,7 @@ class MaxPool(Prim):
                 (dict(size=3, stride=2, pad=(1, 1, 1, 1)), [_t(1, 2, 7, 6)], []),
                 (dict(size=2, stride=2, pad=(0, 0, 0, 0)), [_t(1, 2, 5, 5)], []),     # last row/col unread
                 (dict(size=3, stride=1, pad=(1, 1, 1, 1)), [_t(2, 2, 2, 2)], []),     # window larger than the map
-                # the HBWC form (lmc/layout.py): tiled, general strided/padded, stride 1
+                # the HBWC form (lmc/graph/layout.py): tiled, general strided/padded, stride 1
                 (dict(size=2, stride=2, layout="hbwc"), [_t(2, 3, 6, 4)], []),
                 (dict(size=3, stride=2, pad=(1, 1, 1, 1), layout="hbwc"), [_t(2, 3, 7, 6)], []),
                 (dict(size=3, stride=2, layout="hbwc"), [_t(1, 2, 8, 7)], []),
@@ -90,7 +90,7 @@ class MaxPool(Prim):
         _, _, oh, ow = self.logical(out).dims
         k, s = self.size, self.stride
         ph, pw = self.pads(h, w)
-        ax = Axes(self.layout)               # where b, c, h, w sit (lmc/layout.py)
+        ax = Axes(self.layout)               # where b, c, h, w sit (lmc/graph/layout.py)
 
         def t(dtype="f32", **size):
             return TensorType(ax.dims(**size), dtype).mlir

@@ -10,7 +10,7 @@ lmc checkpoint = one .npz (no pickles) holding
                           swag_dev.* ([K', *shape]: the last K' ≤ swag_k deviations θ − swa),
                           grad_acc.* (grad_accum_steps > 1: the accumulators mid-cycle),
                           spectral_u.* (spectral_cap: [taps, n] power-iteration vectors of the
-                          capped weights, lmc/trust/spectral.py)
+                          capped weights, lmc/lower/spectral.py)
   __lmc__                 JSON metadata (a 0-d unicode array): format, net_hash, step, epoch,
                           batch (the data position of the next step), seed, shuffle, …
 written atomically: a temp file in the same directory, fsync, os.replace, fsync of the directory.

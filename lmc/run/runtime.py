@@ -80,7 +80,7 @@ _IREE_MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPIEXEC_HOSTNAME")
 def _no_iree_mpi():
     """Create a device without IREE's own MPI channel provider: under a launcher's environment
     the runtime would dlopen libmpi and MPI_Init/MPI_Finalize behind mpi4py's back (and fail
-    where libmpi.so is not on the library path).  lmc's collectives are lmc/dist.py's; the
+    where libmpi.so is not on the library path).  lmc's collectives are lmc/run/dist.py's; the
     compiled module has none."""
     saved = {k: os.environ.pop(k) for k in _IREE_MPI_ENV if k in os.environ}
     try:

@@ -97,7 +97,7 @@ class LossKind:
 
 
 # (yaml name, type, default).  Order and defaults: the Lean kit's TrainConfig
-# (../shared/reference/defaults.md); semantics: the seed docs and docs/spec.md.
+# (the Lean kit's TrainConfig); semantics: the kit's docs and docs/spec.md.
 _FIELDS: list[tuple[str, Any, Any]] = [
     ("learning_rate", float, REQUIRED),
     ("batch_size", int, REQUIRED),

@@ -86,9 +86,9 @@ WHERE: dict[str, str] = {
                  "whose weights depend on it (flatten → dense) or whose labels are not one class per image",
     "test_crop_ratio": "eval: the validation images resized and centre-cropped (data/resolution.py); refused "
                        "without image inputs and a class per image",
-    "dropout": "a keep mask on the final dense layer's input, drawn by the host (lmc/masks.py); refused on "
+    "dropout": "a keep mask on the final dense layer's input, drawn by the host (lmc/train/masks.py); refused on "
                "a net not ending in dense",
-    "drop_path": "per-example keep masks on every residual branch, rate ramped over the sites (lmc/masks.py); "
+    "drop_path": "per-example keep masks on every residual branch, rate ramped over the sites (lmc/train/masks.py); "
                  "refused on a net without residual sites",
     # init (init.py, checkpoint.py)
     "head_prior_bias": "init: the head bias := log π",

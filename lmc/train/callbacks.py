@@ -385,7 +385,7 @@ class EvalCadence(Callback):
 
     def on_epoch_end(self, run, end: EpochEnd):
         cfg, n = run.plan.cfg, end.epoch + 1
-        # val_every_epochs (imagenet only, config.check_rules) is that dataset's cadence
+        # val_every_epochs (imagenet only: the check stage's recipe rules) is that dataset's cadence
         every = cfg.val_every_epochs if cfg.val_every_epochs > 1 else cfg.eval_every_n_epochs
         if (every and n % every == 0) or n == cfg.epochs:
             end.line += f"; val {run_eval(run).describe()}"

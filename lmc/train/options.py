@@ -30,7 +30,7 @@ class TrainOptions:
     tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
     stream: bool | None = None        # image folders decoded per batch (None: by size)
     dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others
-    nproc: int = 1                    # data-parallel ranks (lmc/dist.py; the launcher's world)
+    nproc: int = 1                    # data-parallel ranks (lmc/run/dist.py; the launcher's world)
 
 
 class Interrupted(Exception):

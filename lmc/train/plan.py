@@ -181,7 +181,7 @@ def _batcher(job: TrainJob, ds) -> Batcher:
     cfg = job.cfg
     erasing = cfg.random_erasing_prob if cfg.random_erasing else 0.0
     # data-parallel: every rank prepares the global batch (the single-process stream of a
-    # batch of W·batch_size) and keeps its slice (lmc/dist.py shard)
+    # batch of W·batch_size) and keeps its slice (lmc/run/dist.py shard)
     return Batcher(ds, job.gbatch, seed=cfg.seed, shuffle=job.opts.shuffle,
                    augment=cfg.augment, random_erasing=erasing, labels=job.fit_labels,
                    mix=Mixer.from_config(cfg), policy=Policy.from_config(cfg, ds),

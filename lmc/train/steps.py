@@ -53,7 +53,7 @@ def noised(cfg, x, step: int):
 
 
 def step_masks(abi, cfg, pos, world) -> list[np.ndarray]:
-    """The dropout / drop-path masks of the current batch (lmc/masks.py), from (seed, epoch,
+    """The dropout / drop-path masks of the current batch (lmc/train/masks.py), from (seed, epoch,
     batch): a resumed run draws the same."""
     return draw(abi.masks, cfg, cfg.seed, pos.epoch, pos.batch, world.rank, world.size)
 
@@ -137,7 +137,7 @@ class AccumulatedStep(StepStrategy):
 
 
 class Fp8Step(StepStrategy):
-    """train.fp8 (lmc/trust/fp8.py): the step on E4M3-projected weights and input, its update
+    """train.fp8 (lmc/train/fp8.py): the step on E4M3-projected weights and input, its update
     folded into the f32 master (state.P holds the master between steps)."""
 
     def __init__(self, abi, cfg, world, net):

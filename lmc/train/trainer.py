@@ -1,11 +1,11 @@
 """`lmc train`: TypedNet + dataset → a trained run directory.
 
 Input: a TypedNet with a `train:` recipe and TrainOptions (backend, data, run directory, …).
-Output: RUN_DIR/last.npz (checkpoint, lmc/checkpoint.py) and RUN_DIR/metrics.jsonl; a Summary.
+Output: RUN_DIR/last.npz (checkpoint, lmc/run/checkpoint.py) and RUN_DIR/metrics.jsonl; a Summary.
 
 Flow: refuse what will not run (lmc.check: unlowered layers, loss, optimizer, recipe
 switches) → lower → load data → compile (cached) → load the module on the backend's device →
-initialize (lmc/init.py; bootstrap; --init) or restore (--resume) — lmc.train.plan → upload
+initialize (lmc/graph/init.py; bootstrap; --init) or restore (--resume) — lmc.train.plan → upload
 parameters, optimizer state and BN statistics once (lmc.train.state) → per step
 (lmc.train.loop): lr from the schedule, one step-strategy call (lmc.train.steps: @train_step,
 or @grad_step/@apply_step) whose results (device arrays) are fed straight back; nothing comes
