@@ -9,7 +9,7 @@ float64 on the rounded operands).
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import micro                          # noqa: E402
 from lmc.train.bench import stepper  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.core.render import env  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
@@ -78,11 +79,11 @@ def main():
         for row, (spec, sets) in ROWS.items():
             for form, fl in STEP_FORMS:
                 net = infer(load_spec(ROOT / spec, sets + ([] if form == "f32" else ["train.bf16=true"])))
-                os.environ["LMC_BF16_FORM"] = "emulated" if form == "f32" else form
-                m = micro.load(lower(net), fl)
+                # the other LMC_* switches as this command line sets them, the bf16 form varied
+                options = dataclasses.replace(LowerOptions.from_env(), bf16_form="emulated" if form == "f32" else form)
+                m = micro.load(lower(net, options=options), fl, options=options)
                 step, _ = stepper(net, m)
                 cands[f"{row}/{form}" + ("+dt" if fl else "")] = (lambda step=step: [step() for _ in range(args.block)])
-        os.environ.pop("LMC_BF16_FORM", None)
     micro.report_blocks(cands, args.reps, args.block)
 
 

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT))
 from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
 
@@ -24,6 +25,7 @@ def main():
     ap.add_argument("--backends", nargs="*", default=["llvm-cpu", "cuda", "rocm"])
     ap.add_argument("--specs", nargs="*", type=Path)
     args = ap.parse_args()
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
     specs = args.specs or sorted((ROOT / "specs").glob("*.yaml"))
     print("| spec | backend | batch | MLIR chars | compile s | vmfb bytes |")
     print("|---|---|---|---|---|---|")
@@ -34,10 +36,10 @@ def main():
             if net.unlowered or net.spec.train is None:
                 continue
             for b in args.backends:
-                text = lower(net, backend=b)
+                text = lower(net, backend=b, options=options)
                 t0 = time.perf_counter()
                 try:
-                    c = compile_module(text, backend=b)
+                    c = compile_module(text, backend=b, options=options)
                     size = f"{c.path.stat().st_size:,}"
                 except Exception as e:  # report and go on
                     size = f"FAILED: {str(e).splitlines()[0][:60]}"

@@ -18,6 +18,7 @@ import micro                          # noqa: E402
 from lmc.train.bench import stepper  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
 DW = re.compile(r"  %dw = stablehlo.dot_general %x, %dy, contracting_dims = \[0\] x \[0\] : "
@@ -67,12 +68,14 @@ def main():
                     help='target CPUs, each optionally with extra flags: "znver3:--iree-opt-data-tiling"')
     args = ap.parse_args()
     net = infer(load_spec(ROOT / "specs" / "mnist_mlp.yaml", ["train.batch_size=128"]))
-    text = lower(net)
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
+    text = lower(net, options=options)
     cands = {}
     for cpu in args.cpus:          # "znver3" or "znver3:--flag1,--flag2" (extra iree-compile flags)
         name, _, extra = cpu.partition(":")
         for form in args.forms:
-            m = micro.load(variant(text, form), [f"--iree-llvmcpu-target-cpu={name}"] + [f for f in extra.split(",") if f])
+            m = micro.load(variant(text, form), [f"--iree-llvmcpu-target-cpu={name}"] + [f for f in extra.split(",") if f],
+                           options=options)
             step, _ = stepper(net, m)
             cands[f"{cpu}/{form}"] = (lambda step=step: [step() for _ in range(args.block)])
     micro.report_blocks(cands, args.reps, args.block)

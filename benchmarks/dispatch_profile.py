@@ -30,6 +30,7 @@ from lmc.train.bench import _initial  # noqa: E402
 from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import abi, lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.train.masks import draw  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
@@ -48,12 +49,13 @@ def main():
     from lmc.prims.conv import Conv
     Conv.phase_dx = not args.no_phase_dx
     net = infer(load_spec(args.spec, args.sets))
-    text = lower(net, functions="train_step")
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
+    text = lower(net, functions="train_step", options=options)
     if args.dense_dw != "as_is":
         import dense_forms
         text = dense_forms.variant(text, args.dense_dw)
     with micro.extra_flags(args.flags):
-        c = compile_module(text)
+        c = compile_module(text, options=options)
     a = abi(net)
     ps, opt, st, x, y = _initial(net, np.random.default_rng(0))
     hp = a.hp_vector(net.spec.train, 1e-4, 1)

@@ -108,6 +108,8 @@ def cases(specs, batch: int, time_nets: bool) -> list[dict]:
 def prepare(args) -> dict:
     from lmc.compile import compile_module, compiler_version, find_compiler, flags
     from lmc.lower.lowering import lower
+    from lmc.lower.options import LowerOptions
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
     d = Path(args.dir)
     (d / "vmfb").mkdir(parents=True, exist_ok=True)
     specs = [ROOT / s if not Path(s).is_absolute() else Path(s) for s in args.specs] if args.specs else lowerable_specs()
@@ -121,7 +123,8 @@ def prepare(args) -> dict:
         for role, backend, chip in (("dev", args.backend, args.chip), ("ref", "llvm-cpu", args.ref_chip)):
             t0 = time.perf_counter()
             try:
-                comp = compile_module(lower(net, backend=backend), backend=backend, chip=chip)
+                comp = compile_module(lower(net, backend=backend, options=options), backend=backend, chip=chip,
+                                      options=options)
             except Exception as e:                          # report it; the run phase lists it
                 c.setdefault("compile_error", {})[role] = f"{type(e).__name__}: {str(e).strip()[:400]}"
                 print(f"prepare: {c['name']} ({backend}): compile failed", file=sys.stderr, flush=True)

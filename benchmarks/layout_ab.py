@@ -1,6 +1,6 @@
 """A/B of the network-wide activation layout (lmc/graph/layout.py, issue 15 item 1): the same net
 lowered with the layout pass (HBWC between primitives that have an HBWC form) and with
-LMC_LAYOUT=nchw (every value NCHW; each conv transposes to and from HBWC itself), compiled
+layout=nchw (LowerOptions; every value NCHW; each conv transposes to and from HBWC itself), compiled
 alike, their train steps timed interleaved in one process (wall and process CPU ms, medians).
 Also prints the transposes each module spells and the compile time of each.
 
@@ -8,7 +8,7 @@ Also prints the transposes each module spells and the compile time of each.
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -21,6 +21,7 @@ import micro                          # noqa: E402
 from lmc.train.bench import stepper  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
 NETS = {"mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_size=128"],
@@ -38,15 +39,15 @@ def main():
         net = infer(load_spec(ROOT / "specs" / f"{name}.yaml", NETS[name]))
         cands = {}
         for layout in ("nchw", "hbwc"):
-            os.environ["LMC_LAYOUT"] = layout
-            text = lower(net)
+            # the other LMC_* switches as this command line sets them, the layout varied
+            options = dataclasses.replace(LowerOptions.from_env(), layout=layout)
+            text = lower(net, options=options)
             t0 = time.perf_counter()
-            m = micro.load(text)
+            m = micro.load(text, options=options)
             dt = time.perf_counter() - t0
             print(f"{name} {layout}: {text.count('stablehlo.transpose')} transposes in the text, "
                   f"compile {dt:.1f} s (0 if cached)", flush=True)
             cands[layout] = stepper(net, m)[0]
-        os.environ.pop("LMC_LAYOUT")
         print(f"  {micro.load_avg()}", flush=True)
         r = micro.interleave(cands, reps=args.reps, cpu=True)
         print("  " + ", ".join(f"{k} {w:.1f} ms (CPU {c:.1f})" for k, (w, c) in r.items()), micro.load_avg(), flush=True)

@@ -28,6 +28,7 @@ from lmc.train.bench import _initial  # noqa: E402
 from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import abi, lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.run.runtime import Module  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
@@ -41,7 +42,8 @@ def main():
     ap.add_argument("--log-every", type=int, default=10)
     args = ap.parse_args()
     net = infer(load_spec(args.spec, args.set))
-    m = Module(compile_module(lower(net)).path)
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
+    m = Module(compile_module(lower(net, options=options), options=options).path)
     rng = np.random.default_rng(0)
     ps, opt, st, x, y = _initial(net, rng)
     a = abi(net)

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lmc.compile import compile_module  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.run.runtime import Module  # noqa: E402
 
 
@@ -32,9 +33,10 @@ def extra_flags(flags):
             os.environ["IREE_EXTRA_FLAGS"] = old
 
 
-def load(text: str, flags=(), driver=None) -> Module:
+def load(text: str, flags=(), driver=None, options: LowerOptions = LowerOptions()) -> Module:
+    """Compile `text` (lowered with `options`) under extra flags and load it."""
     with extra_flags(flags):
-        c = compile_module(text)
+        c = compile_module(text, options=options)
     return Module(c.path, driver=driver)
 
 

@@ -21,6 +21,7 @@ from lmc.train.bench import stepper  # noqa: E402
 from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower, prim_test_module  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.prims import make_prim  # noqa: E402
 from lmc.prims.conv import Conv  # noqa: E402
 from lmc.run.runtime import Module  # noqa: E402
@@ -34,14 +35,14 @@ CONVS = [((128, 64, 8, 8), (128, 64, 3, 3), (1, 1, 1, 1)),
 NETS = {"resnet18": ["train.batch_size=128", "input.height=32", "input.width=32"]}
 
 
-def compiled(text_fn, phase: bool):
+def compiled(text_fn, phase: bool, options: LowerOptions = LowerOptions()):
     Conv.phase_dx = phase
     try:
         text = text_fn()
     finally:
         Conv.phase_dx = True
     t0 = time.perf_counter()
-    c = compile_module(text)
+    c = compile_module(text, options=options)
     return Module(c.path), (None if c.cached else time.perf_counter() - t0), text.count("dot_general")
 
 
@@ -61,9 +62,10 @@ def conv_case(xd, wd, pad, reps):
 
 def net_case(name, sets, reps):
     net = infer(load_spec(ROOT / "specs" / f"{name}.yaml", sets))
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
     cands = {}
     for phase in (False, True):
-        m, cs, nd = compiled(lambda: lower(net), phase)
+        m, cs, nd = compiled(lambda: lower(net, options=options), phase, options)
         step, _ = stepper(net, m)
         cands[f"phase={phase}"] = step
         print(f"  {name} phase={phase}: {nd} dot_generals, compile {cs and round(cs, 1)} s", flush=True)
@@ -75,19 +77,20 @@ def compile_times(name, sets, reps):
     import os
     import tempfile
     net = infer(load_spec(ROOT / "specs" / f"{name}.yaml", sets))
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
     out = {False: [], True: []}
     for _ in range(reps):
         for phase in (False, True):
             Conv.phase_dx = phase
             try:
-                text = lower(net)
+                text = lower(net, options=options)
             finally:
                 Conv.phase_dx = True
             old = os.environ.get("LMC_CACHE")
             with tempfile.TemporaryDirectory() as tmp:
                 os.environ["LMC_CACHE"] = tmp
                 t0 = time.perf_counter()
-                compile_module(text)
+                compile_module(text, options=options)
                 out[phase].append(time.perf_counter() - t0)
             if old is None:
                 os.environ.pop("LMC_CACHE")

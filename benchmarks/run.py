@@ -36,6 +36,7 @@ from lmc.train.bench import stepper  # noqa: E402
 from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.run.runtime import Module  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 import peers                             # noqa: E402
@@ -63,11 +64,12 @@ TV_PEERS = ("tv", "tv_cl", "tv_compile", "tv_compile_cl")
 def lmc_candidate(net, form: str | None = None):
     """form: a dense dW rewrite of benchmarks/dense_forms.py (the candidate "lmc+FORM", for A/Bs)."""
     t0 = time.perf_counter()
-    text = lower(net)
+    options = LowerOptions.from_env()     # after _serve applied an lmc@KEY=VALUE switch
+    text = lower(net, options=options)
     if form:
         import dense_forms
         text = dense_forms.variant(text, form)
-    c = compile_module(text)
+    c = compile_module(text, options=options)
     compile_s = time.perf_counter() - t0
     step, _ = stepper(net, Module(c.path))
     return step, {"compile_s": None if c.cached else compile_s}

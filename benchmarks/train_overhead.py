@@ -26,6 +26,7 @@ from lmc.compile import compile_module
 from lmc.graph.infer import infer
 from lmc.graph.init import init_tensors
 from lmc.lower.lowering import abi, lower
+from lmc.lower.options import LowerOptions
 from lmc.run.runtime import Module
 from lmc.spec.netspec import load_spec
 from lmc.train.trainer import TrainOptions, train
@@ -68,7 +69,8 @@ def main():
     args = ap.parse_args()
     net = infer(load_spec(args.spec))
     a = abi(net)
-    mod = Module(compile_module(lower(net)).path)
+    options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
+    mod = Module(compile_module(lower(net, options=options), options=options).path)
     ds = load_data(net, args.data, 0)
     x = np.ascontiguousarray(ds.x_train[:net.batch], np.float32)
     y = np.ascontiguousarray(ds.y_train[:net.batch], np.int32)

@@ -1,6 +1,8 @@
 """Module text → .vmfb with iree-compile, flags from --backend/--chip or IREE_BACKEND /
 IREE_CHIP / IREE_EXTRA_FLAGS, and a content-addressed cache keyed by the module text, the
-full flag list and the compiler version (so a changed spec never reuses a stale vmfb)."""
+full flag list, the compiler version (so a changed spec never reuses a stale vmfb) and the
+lowering options the text was made with (so two option sets never share an entry, even where
+an option leaves the text alone)."""
 from __future__ import annotations
 
 import functools
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.lower.lowering import PACKED
+from lmc.lower.options import LowerOptions
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
 DEFAULT_CHIP = {"cuda": "sm_86", "rocm": "gfx1100", "llvm-cpu": "host"}
@@ -119,11 +122,20 @@ class Compiled:
     command: list[str]
 
 
+def cache_key(text: str, fl: list[str], version: str, options: LowerOptions | None) -> str:
+    """The cache entry's name: the text, flags and compiler version, and the options' canonical
+    text (options=None: a module lmc did not lower, e.g. an .mlir file — keyed by its text alone)."""
+    parts = [text, *fl, version] + ([f"lmc-lower-options:{options.canonical()}"] if options is not None else [])
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
 def compile_module(text: str, out: Path | None = None, backend: str | None = None, chip: str | None = None,
-                   verbose: bool = False) -> Compiled:
+                   verbose: bool = False, options: LowerOptions | None = LowerOptions()) -> Compiled:
+    """Compile `text` (cached); options: what lower() made it with (the defaults unless the caller
+    lowered with others), None for a text lmc did not lower."""
     exe = find_compiler()
     fl = flags(backend, chip, text)
-    key = hashlib.sha256("\0".join([text, *fl, compiler_version(exe)]).encode()).hexdigest()[:24]
+    key = cache_key(text, fl, compiler_version(exe), options)
     cdir = cache_dir()
     cdir.mkdir(parents=True, exist_ok=True)
     cached = cdir / f"{key}.vmfb"

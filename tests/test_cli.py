@@ -167,7 +167,7 @@ def test_info_json():
     assert r.exit_code == 0
     out = json.loads(r.stdout)
     assert set(out) == {"name", "input_shape", "output_shape", "total_params", "total_flops", "layers",
-                        "params", "state", "train_abi"}
+                        "params", "state", "train_abi", "lower_options"}
     assert (out["name"], out["input_shape"], out["output_shape"]) == ("recipe", [32, 1, 8, 8], [32, 10])
     assert out["total_params"] == 2610 == sum(l["params"] for l in out["layers"])
     assert out["total_flops"] == sum(l["flops"] for l in out["layers"]) > 0
@@ -249,7 +249,7 @@ def fake_compiler(monkeypatch, tmp_path):
     import lmc.compile as comp
     calls = []
 
-    def fake(text, out=None, backend=None, chip=None, verbose=False):
+    def fake(text, out=None, backend=None, chip=None, verbose=False, options=None):
         calls.append((text, out, backend))
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import pytest
 from lmc.graph.infer import infer
 from lmc.lower.inplace import tie
 from lmc.lower.lowering import lower
+from lmc.lower.options import LowerOptions
 from lmc.spec.netspec import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -30,13 +31,12 @@ def test_mlp_ties_all_but_the_weights_a_dx_reads():
     assert t == {"%p0", "%p1", "%p3", "%p5"} | {f"%o{i}" for i in range(12)}
 
 
-def test_global_clip_orders_every_read(monkeypatch):
+def test_global_clip_orders_every_read():
     # with grad_clip_norm every clipped gradient depends on every gradient (the global norm), so
     # each dx is finished before any update: all state is tied
     net = infer(load_spec(SPECS / "mnist_mlp.yaml", ["train.grad_clip_norm=1.0"]))
     assert len(_tied(lower(net, "train_step"))) == 18
-    monkeypatch.setenv("LMC_INPLACE", "off")
-    assert _tied(lower(net, "train_step")) == set()
+    assert _tied(lower(net, "train_step", options=LowerOptions(inplace="off"))) == set()
 
 
 def test_bn_statistics_and_ema_are_tied():
@@ -78,7 +78,7 @@ def test_call_results_depend_only_on_what_the_callee_reads():
 @pytest.mark.iree
 @pytest.mark.parametrize("spec,sets", [("mnist_mlp.yaml", ["train.batch_size=16"]),
                                         ("mnist_cnn.yaml", ["train.batch_size=4", "train.use_ema=true"])])
-def test_tied_steps_equal_untied_steps(monkeypatch, spec, sets):
+def test_tied_steps_equal_untied_steps(spec, sets):
     pytest.importorskip("iree.runtime")
     from lmc.train.bench import stepper
     from lmc.compile import compile_module
@@ -86,8 +86,8 @@ def test_tied_steps_equal_untied_steps(monkeypatch, spec, sets):
     net = infer(load_spec(SPECS / spec, sets))
     finals = {}
     for mode in ("on", "off"):
-        monkeypatch.setenv("LMC_INPLACE", mode)
-        m = Module(compile_module(lower(net, "train_step")).path)
+        options = LowerOptions(inplace=mode)
+        m = Module(compile_module(lower(net, "train_step", options=options), options=options).path)
         step, h = stepper(net, m, lr=1e-3)
         first = h["args"][0]
         for _ in range(4):

@@ -18,6 +18,7 @@ from lmc.graph.infer import infer
 from lmc.graph.infer import lowers
 from lmc.layers import all_layers
 from lmc.lower.lowering import lower
+from lmc.lower.options import LowerOptions
 from lmc.spec.netspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,12 +200,13 @@ def test_cross_compile(tmp_path, backend, chip):
 
 def test_conv_form_selects_the_spelling(tmp_path, monkeypatch):
     net = infer(load_spec(_write(tmp_path, "cnn", CNN)))
-    monkeypatch.delenv("LMC_CONV_FORM", raising=False)
     matmul = lower(net, backend="cuda")
     assert "stablehlo.convolution" not in matmul and "stablehlo.dot_general" in matmul
     assert "stablehlo.reverse" not in matmul      # the kernel flip of dx is folded into the patch order
+    assert "stablehlo.convolution" in lower(net, backend="cuda", options=LowerOptions(conv_form="direct"))
+    # the library reads no environment: only the command line turns LMC_CONV_FORM into options
     monkeypatch.setenv("LMC_CONV_FORM", "direct")
-    assert "stablehlo.convolution" in lower(net, backend="cuda")
+    assert lower(net, backend="cuda") == matmul
 
 
 def test_conv_form_rejects_unknown_values(tmp_path):
@@ -249,7 +251,5 @@ def test_packed_matmul_hint_follows_the_nets_convs(monkeypatch):
     monkeypatch.setenv("LMC_TASK_WORKERS", "3")
     assert "--iree-llvmcpu-number-of-threads=3" in flags("llvm-cpu", None, mlp)
     assert not any("number-of-threads" in f for f in flags("cuda", None, mlp))
-    monkeypatch.setenv("LMC_PACKED", "off")
-    assert PACKED not in lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
-    monkeypatch.setenv("LMC_PACKED", "on")
-    assert PACKED in lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward")
+    assert PACKED not in lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward", options=LowerOptions(packed="off"))
+    assert PACKED in lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward", options=LowerOptions(packed="on"))

@@ -254,7 +254,7 @@ def test_detr_heads_train_with_the_set_loss_only():
 # each), products accumulated in f32.  Through a causal block, its backward and one SGD step:
 # loss within 1%, each tensor's update within 10% of its largest entry + 1% of the net's largest
 # update.  Observed (IREE 3.13, llvm-cpu): loss 4.3e-4 / 2.5e-3 (plain / flash), updates ≤ 3.8%,
-# the same in the convert and the emulated form (lmc/lower/lowering.py _bf16_form);
+# the same in the convert and the emulated form (LowerOptions.bf16_form);
 # the f32 module is within 1e-5 of the same reference; a wrong gradient is off by O(1).
 BF16_LOSS_RTOL, BF16_UPDATE_RTOL = 1e-2, 0.10
 
@@ -280,18 +280,19 @@ BF16_NETS = {
 @pytest.mark.parametrize("case,form", [("causal", "convert"), ("causal_flash", "convert"), ("causal", "emulated"),
                                        ("vit_patch", "convert"),
                                        ("conv_bf16_conv", "convert"), ("conv_bf16_conv", "emulated")])
-def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form, monkeypatch):
+def test_bf16_train_step_against_jax_at_bf16_tolerance(case, form):
     pytest.importorskip("jax")
-    monkeypatch.setenv("LMC_BF16_FORM", form)       # both spellings of train.bf16 (lmc/lower/lowering.py)
     import jax.numpy as jnp
     from lmc.lower.lowering import abi, hyperparams, lower
+    from lmc.lower.options import LowerOptions
     from tests.test_oracle import _batch, _init, _module, classifier_yaml, make_jax_step
     layers, x_dims, extra = BF16_NETS[case]
     train = {"learning_rate": 0.5}
     net32 = infer(load_spec("o.yaml", text=classifier_yaml(layers, x_dims, "xla_same", train)))
     net = infer(load_spec("o.yaml", text=classifier_yaml(layers, x_dims, "xla_same",
                                                          {**train, "bf16": True, **extra})))
-    text, text32 = lower(net, "train_step"), lower(net32, "train_step")
+    # both spellings of train.bf16 (LowerOptions.bf16_form)
+    text, text32 = lower(net, "train_step", options=LowerOptions(bf16_form=form)), lower(net32, "train_step")
     assert "xui32>" in text and "xui32>" not in text32           # the bf16 rounding of the operands
     assert ("xbf16>" in text) == (form == "convert")              # … then bf16×bf16→f32 dots
     if extra or case == "vit_patch":                              # the convs' own matmuls: not only the head's
@@ -413,9 +414,10 @@ def test_bf16_is_refused_on_a_net_without_a_bf16_primitive():
         check(net).raise_invalid()
 
 
-def test_bf16_conv_rounds_the_standard_convs_only(monkeypatch):
+def test_bf16_conv_rounds_the_standard_convs_only():
     from lmc.core.errors import SpecError
     from lmc.lower.lowering import abi, lower
+    from lmc.lower.options import LowerOptions
     src = ("name: c\ninput: {channels: 2, height: 4, width: 4}\nlayers:\n"
            "  - separable_conv: {ic: 2, oc: 2}\n  - global_avg_pool\n"
            "train: {learning_rate: 0.1, batch_size: 2, epochs: 1, bf16: true, bf16_conv: true}\n")
@@ -425,9 +427,8 @@ def test_bf16_conv_rounds_the_standard_convs_only(monkeypatch):
     convs = {k: f for k, f in funcs.items() if k.startswith("conv_fwd")}
     assert len(convs) == 2
     assert sorted("xbf16>" in f for f in convs.values()) == [False, True]      # the depthwise one stays f32
-    monkeypatch.setenv("LMC_CONV_FORM", "direct")
     with pytest.raises(SpecError, match="bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct"):
-        abi(net)
+        lower(net, "train_step", options=LowerOptions(conv_form="direct"))
 
 
 def test_bf16_modules_get_data_tiling_on_llvm_cpu_only(monkeypatch):
@@ -437,19 +438,19 @@ def test_bf16_modules_get_data_tiling_on_llvm_cpu_only(monkeypatch):
     from lmc.compile import flags
     from lmc.core.errors import LmcError
     from lmc.lower.lowering import lower
+    from lmc.lower.options import LowerOptions
     monkeypatch.delenv("IREE_EXTRA_FLAGS", raising=False)
     net = infer(load_spec("v.yaml", text=VIT.replace("epochs: 1,", "epochs: 1, bf16: true,")))
     text = lower(net, "train_step")
     assert "xbf16>" in text
     dt = "--iree-global-opt-data-tiling"
     assert dt in flags("llvm-cpu", None, text)
-    monkeypatch.setenv("LMC_PACKED", "off")
-    assert "xbf16>" in lower(net, "train_step") and dt in flags("llvm-cpu", None, lower(net, "train_step"))
-    assert dt not in flags("llvm-cpu", None, lower(infer(load_spec("v.yaml", text=VIT)), "train_step"))
-    monkeypatch.delenv("LMC_PACKED")
+    off = LowerOptions(packed="off")
+    unpacked = lower(net, "train_step", options=off)
+    assert "xbf16>" in unpacked and dt in flags("llvm-cpu", None, unpacked)
+    assert dt not in flags("llvm-cpu", None, lower(infer(load_spec("v.yaml", text=VIT)), "train_step", options=off))
     assert dt not in flags("cuda", None, text) and dt not in flags("rocm", None, text)
-    monkeypatch.setenv("LMC_BF16_FORM", "emulated")
-    assert "xbf16>" not in lower(net, "train_step")
+    assert "xbf16>" not in lower(net, "train_step", options=LowerOptions(bf16_form="emulated"))
     monkeypatch.setenv("LMC_BF16_FORM", "bf16")
     with pytest.raises(LmcError, match="LMC_BF16_FORM='bf16': expected one of emulated, convert"):
-        lower(net, "train_step")
+        LowerOptions.from_env()

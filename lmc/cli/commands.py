@@ -24,7 +24,8 @@ from lmc.evaluate.score import EvalResult
 from lmc.check import check
 from lmc.graph.infer import lowers
 from lmc.layers import all_layers
-from lmc.lower.lowering import abi, lower
+from lmc.lower.lowering import abi, lower, option_refusal
+from lmc.lower.options import LowerOptions
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.train.bench import DeviceMissing, bench
 from lmc.train.options import Interrupted, TrainOptions
@@ -65,6 +66,7 @@ def info(spec: SpecArg,
     """Print SPEC's layers as a table: output shape, parameters and forward FLOPs per layer, totals."""
     with user_errors():
         net = _load(spec, set, batch)
+        options = LowerOptions.from_env()
     if as_json:
         out = {"name": net.spec.name, "input_shape": list(net.input.dims), "output_shape": list(net.output.type.dims),
                "total_params": net.total_params, "total_flops": net.total_flops,
@@ -73,7 +75,7 @@ def info(spec: SpecArg,
                           for l in net.layers],
                "params": [{"name": p.name, "shape": list(p.type.dims), "init": p.init} for p in net.params],
                "state": [{"name": s.name, "shape": list(s.type.dims), "init": s.init} for s in net.state],
-               "train_abi": _train_abi(net)}
+               "train_abi": _train_abi(net, options), "lower_options": options.as_dict()}
         print(json.dumps(out, indent=2))
         return
     # the spec's name and layer text are the user's: escaped, or "[/x]" in a name is a MarkupError
@@ -97,19 +99,19 @@ def info(spec: SpecArg,
         console.print(pt)
 
 
-def _train_abi(net) -> dict | None:
+def _train_abi(net, options: LowerOptions) -> dict | None:
     """The training functions' layout for machines: the hp vector's entries, each tensor's
     optimizer, the optimizer-state order, the input (at train_res under it) and label tensors (None without a recipe; the refusal
     when lmc cannot lower it)."""
     if net.spec.train is None:
         return None
     r = check(net)
-    refused = r.fit + r.train_step
+    refused = r.fit + r.train_step + [e for e in [option_refusal(net, options)] if e is not None]
     if refused:
         return {"refused": refused[0].message}
     try:
         a = abi(net)
-    except LmcError as e:           # LMC_CONV_FORM=direct with bf16_conv: the lowering's own refusal
+    except LmcError as e:
         return {"refused": e.message}
     return {"hp": list(a.hp), "loss": a.loss.name, "x": list(a.x.dims), "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
             "optimizers": {p.name: a.optimizers[p.name].name for p in net.params},
@@ -124,13 +126,14 @@ def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
            function: Annotated[str, typer.Option("--function", help="Which functions to emit: train_step, forward, all, or input_grad (@input_grad and @forward, what lmc attack compiles).")] = "all",
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
-           backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution).")] = None,
+           backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution; `lmc info --json` shows the lowering options in force).")] = None,
            set: SetOpt = None) -> None:
     """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
     with user_errors():
         if function not in ("train_step", "forward", "all", "input_grad"):
             raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
-        text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend))
+        text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend),
+                     options=LowerOptions.from_env())
     if output:
         output.write_text(text)
         err.print(f"wrote {output} ({len(text):,} bytes)")
@@ -147,20 +150,22 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
                 set: SetOpt = None) -> None:
     """Compile SOURCE with iree-compile (cached by module text, flags and compiler version)."""
     with user_errors():
+        options = LowerOptions.from_env()
         if source.suffix == ".mlir":
             try:
                 text = source.read_text()
             except OSError as e:
                 raise LmcError(f"cannot read {source}: {e.strerror}")
             name = source.stem
+            options = None          # a text lmc did not lower here: cached by the text alone
         else:
             net = _load(source, set)
-            text = lower(net, backend=resolve_backend(backend))
+            text = lower(net, backend=resolve_backend(backend), options=options)
             name = net.spec.name + (f"-{net.spec.build_tag}" if net.spec.build_tag else "")
         b = resolve_backend(backend)
         out = output or Path("build") / f"{name}.{b}.vmfb"
         err.print(f"compiling {name} for {b} → {out}")
-        c = compile_module(text, out, backend, chip, verbose)
+        c = compile_module(text, out, backend, chip, verbose, options)
     if verbose:
         err.print(" ".join(c.command))
     err.print(f"{'cached' if c.cached else 'compiled'} in {c.seconds:.1f}s: {out} ({out.stat().st_size:,} bytes)")
@@ -206,7 +211,7 @@ def train(spec: SpecArg,
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
                                 tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
-                                nproc=world if world > 1 else nproc)
+                                nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env())
             if world == 1 and nproc > 1:
                 # this process launches the ranks: refuse what they would refuse, once, here
                 job = check_job(net, opts, err)
@@ -269,7 +274,7 @@ def eval_cmd(spec: SpecArg,
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
-                                recalibrate)
+                                recalibrate, LowerOptions.from_env())
         if dump_correct is not None and not hasattr(r, "correct"):
             raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
                            f"(this spec's labels) does not have")
@@ -308,7 +313,7 @@ def sample(spec: SpecArg,
     """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
     with user_errors():
         net = _load(spec, set, 1)
-        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip)
+        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
     sys.stdout.write(text + "\n")
 
 
@@ -353,8 +358,10 @@ def bench_cmd(spec: SpecArg,
             raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
         if steps < 1:
             raise LmcError(f"--steps must be at least 1, got {steps}")
+        options = LowerOptions.from_env()
+        err.print(f"lowering options: {options.describe()}")
         try:
-            r = bench(net, backend, chip, steps=steps, cold=cold)
+            r = bench(net, backend, chip, steps=steps, cold=cold, options=options)
         except DeviceMissing as e:   # report what was measured (the compile), then the error
             p = e.partial
             if as_json:

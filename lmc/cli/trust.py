@@ -14,6 +14,7 @@ from rich.table import Table
 from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
 from lmc.core.errors import LmcError
 from lmc.evaluate.interval import wilson95
+from lmc.lower.options import LowerOptions
 from lmc.trust.attack import check_args as check_attack_args, clean_correct, pgd, plot_attack
 from lmc.trust.certify import (certified_accuracy, certify as run_certify, check_args as check_certify_args, plot_certified,
     radius_cap)
@@ -105,7 +106,7 @@ def attack(spec: SpecArg,
         radii = _floats(eps, "--eps")
         check_attack_args(radii, norm, steps, step_size, restarts)
         net = _load(spec, set, batch)
-        m = load_model(net, init, data, backend, chip, _log, "input_grad", region, limit)
+        m = load_model(net, init, data, backend, chip, _log, "input_grad", region, limit, LowerOptions.from_env())
         clean, results = pgd(m, radii, norm, steps, step_size, restarts, seed, log=_log)
         path = plot or Path(init).with_name(f"attack-{norm}.png")
         plot_attack(clean, results, path, f"{net.spec.name}: PGD-{steps} {norm}, {restarts} restart(s)")
@@ -153,7 +154,7 @@ def certify(spec: SpecArg,
         rs = _floats(radii, "--radii")
         check_certify_args(sigma, n0, n, alpha, rs)
         net = _load(spec, set, batch)
-        m = load_model(net, init, data, backend, chip, _log, "forward", region, limit)
+        m = load_model(net, init, data, backend, chip, _log, "forward", region, limit, LowerOptions.from_env())
         certs = run_certify(m, sigma, n0, n, alpha, seed, log=_log)
         path = plot or Path(init).with_name(f"certify-sigma{sigma:g}.png")
         plot_certified({f"smoothed, σ = {sigma:g}": ([c.radius for c in certs], [c.correct for c in certs])}, path,
@@ -198,7 +199,7 @@ def lipschitz_cmd(spec: SpecArg,
         if any(r < 0 for r in rs):
             raise LmcError("--radii must be ≥ 0")
         net = _load(spec, set, batch)
-        m = load_model(net, init, data, backend, chip, _log, "forward", region, limit)
+        m = load_model(net, init, data, backend, chip, _log, "forward", region, limit, LowerOptions.from_env())
         host_state = [np.asarray(a.to_host() if hasattr(a, "to_host") else a) for a in m.S]
         L, _, layers = lipschitz(net, m.params, host_state)
         logits = np.concatenate([m.logits(pad(m.x[s:e], m.batch))[:e - s] for s, e in batches(len(m.x), m.batch)])

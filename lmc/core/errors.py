@@ -3,7 +3,6 @@
 Anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 
@@ -109,12 +108,3 @@ class EvalError(LmcError):
 
 class TrustError(LmcError):
     """A trust tool (compare, attack, certify, lipschitz) cannot run as asked."""
-
-
-def switch(name: str, allowed, default: str) -> str:
-    """An `LMC_*` environment switch (A/B and escape hatches: LMC_LAYOUT, LMC_PACKED, …): its
-    value, the default when unset; an unknown value is refused, never read as the default."""
-    v = os.environ.get(name, default)
-    if v not in allowed:
-        raise LmcError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")
-    return v

@@ -65,7 +65,7 @@ def render_prim(prim, ins: list[TensorType], ps: list[TensorType], out: TensorTy
     ctx.update(extra or {})
     s = sig(prim.name, ctx)
     ctx.update(fwd=f"{prim.name}_fwd_{s}", bwd=f"{prim.name}_bwd_{s}", eval=f"{prim.name}_eval_{s}")
-    text = render_template(f"prims/{prim.name}.mlir.j2", ctx, f"primitive {prim.name}")
+    text = render_template(prim.template(ctx), ctx, f"primitive {prim.name}")
     saved = tuple(prim.saved(ins, ps, out))
     stats = tuple(prim.stats(ins, ps, out))
     return Rendered(ctx["fwd"], ctx["bwd"], ctx["eval"] if prim.has_eval else None, text, saved, stats)

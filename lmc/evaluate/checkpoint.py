@@ -12,6 +12,7 @@ from lmc.compile import compile_module, resolve_backend
 from lmc.data.batcher import TTA
 from lmc.evaluate.recalibrate import recalibrate_bn
 from lmc.lower.lowering import abi, lower
+from lmc.lower.options import LowerOptions
 from lmc.run.runtime import Module
 
 
@@ -19,12 +20,14 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
-                        region: str = "auto", recalibrate: int = 0) -> EvalResult:
+                        region: str = "auto", recalibrate: int = 0,
+                        options: LowerOptions = LowerOptions()) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
     run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
     recalibrate N > 0: the BN statistics re-estimated from N training batches first
-    (lmc/evaluate/recalibrate.py)."""
+    (lmc/evaluate/recalibrate.py).  options: the lowering's spellings — those `lmc train` used,
+    for the cache hit below."""
     if region not in EVAL_REGIONS:
         raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
     if recalibrate:
@@ -64,10 +67,10 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if net.spec.train is not None:
         # the whole module, as `lmc train` compiled it: a cache hit after training
         try:
-            text = lower(net, backend=b)
+            text = lower(net, backend=b, options=options)
         except LmcError:
             text = None
-    c = compile_module(text or lower(net, "forward", backend=b), None, b, chip)
+    c = compile_module(text or lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({got.what}; {region} weights)")
     mod = Module(c.path, b)

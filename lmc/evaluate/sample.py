@@ -18,6 +18,7 @@ from lmc.data import text as textdata
 from lmc.core.errors import EvalError, LmcError
 from lmc.compile import compile_module, resolve_backend
 from lmc.lower.lowering import lower
+from lmc.lower.options import LowerOptions
 from lmc.run.checkpoint import load_init, read_tensors
 from lmc.run.runtime import Module
 
@@ -73,7 +74,7 @@ def pick(logits: np.ndarray, temperature: float, top_k: int, rng: np.random.Gene
 
 
 def sample(net, init: Path, prompt: str, tokens: int, temperature: float, top_k: int, seed: int,
-           backend: str | None = None, chip: str | None = None) -> str:
+           backend: str | None = None, chip: str | None = None, options: LowerOptions = LowerOptions()) -> str:
     vocab = run_vocab(net, init)
     t = check_lm(net, vocab)
     if net.batch != 1:
@@ -86,7 +87,7 @@ def sample(net, init: Path, prompt: str, tokens: int, temperature: float, top_k:
         raise EvalError(f"--prompt: {e.message}", hint="the model knows only the characters of its corpus") from None
     got = load_init(Path(init), net)
     b = resolve_backend(backend)
-    mod = Module(compile_module(lower(net, "forward", backend=b), None, b, chip).path, b)
+    mod = Module(compile_module(lower(net, "forward", backend=b, options=options), None, b, chip, options=options).path, b)
     P = [mod.upload(a) for a in got.params]
     S = [mod.upload(a) for a in (got.state or [])]
     n = textdata.VOCAB if vocab is None else len(vocab)    # ids past a char vocabulary are never targets

@@ -19,19 +19,17 @@ have an HBWC form and converts only where one does not:
   transpose primitive's backward is the inverse transpose.
 
 `place(graph, output)` returns the physically laid-out graph the lowering walks; the logical
-graph is untouched.  `LMC_LAYOUT=nchw` turns the pass off (every value NCHW: the layout each
-template converts from itself), for A/B measurements."""
+graph is untouched.  `place(..., hbwc=False)` turns the pass off (every value NCHW: the layout
+each template converts from itself), for A/B measurements: the lowering's `layout` option
+(lmc/lower/options.py, LMC_LAYOUT=nchw at the command line) — a plain flag here, since the
+graph stage sits below the lowering and does not know its options."""
 from __future__ import annotations
 
 import copy
 
-from lmc.core.errors import switch
 from lmc.graph.ir import Graph, Node, Value
 from lmc.prims.axes import HBWC, NCHW, TO_HBWC, TO_NCHW, physical
 from lmc.prims import make_prim
-
-def enabled() -> bool:
-    return switch("LMC_LAYOUT", (HBWC, NCHW), HBWC) == HBWC
 
 
 def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:
@@ -53,16 +51,16 @@ def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:
     return reach
 
 
-def place(g: Graph, output: Value, prim_for=lambda n: n.prim) -> tuple[Graph, Value]:
+def place(g: Graph, output: Value, prim_for=lambda n: n.prim, hbwc: bool = True) -> tuple[Graph, Value]:
     """The graph with layouts assigned (module docstring): a shallow copy whose nodes are new
     (HBWC forms of the primitives, transposes inserted); params, state, input and masks are the
-    same objects.  prim_for: the lowering's choice of spelling per node (LMC_CONV_FORM)."""
+    same objects.  prim_for: the lowering's choice of spelling per node (its conv form);
+    hbwc=False: every value stays NCHW."""
     out = copy.copy(g)
     out.nodes = []
     versions: dict[int, dict[str, Value]] = {g.x.id: {NCHW: g.x}}
     for m in g.masks:
         versions[m.value.id] = {NCHW: m.value}
-    use_hbwc = enabled()
 
     def get(v: Value, layout: str, layer: int) -> Value:
         """v (logical) as a value in `layout`, converting once."""
@@ -80,7 +78,7 @@ def place(g: Graph, output: Value, prim_for=lambda n: n.prim) -> tuple[Graph, Va
         return have[layout]
 
     prims = {id(n): prim_for(n) for n in g.nodes}
-    can = {id(n): use_hbwc and HBWC in prims[id(n)].layouts([v.type for v in n.inputs], [p.type for p in n.params])
+    can = {id(n): hbwc and HBWC in prims[id(n)].layouts([v.type for v in n.inputs], [p.type for p in n.params])
            for n in g.nodes}
     reach = _reach(g, prims, can)
     for node in g.nodes:

@@ -23,12 +23,11 @@ E' over P, O, E (its zeros for G would be written while G is still read, so G is
 @apply_step's zeros — a constant, whose buffer IREE may return shared and read-only.  A caller
 must never pass, for a tied argument, a buffer it still needs, or one buffer twice.
 
-`LMC_INPLACE=off` leaves every result in a fresh buffer (the A/B switch)."""
+`tie(..., on=False)` leaves every result in a fresh buffer: the A/B switch, LowerOptions.inplace
+(LMC_INPLACE=off at the command line)."""
 from __future__ import annotations
 
 import re
-
-from lmc.core.errors import switch
 
 _DEF = re.compile(r"^\s*(%[\w.$-]+)(?::(\d+))? = ")
 _VAL = re.compile(r"%[\w.$-]+(?:#\d+)?")
@@ -36,10 +35,6 @@ _ARG = re.compile(r"(%[\w.$-]+): ")
 _CALL = re.compile(r"func\.call @([\w.$-]+)\(")
 _HEAD = re.compile(r"func\.func (?:private )?@([\w.$-]+)\((.*?)\) -> ")
 _RET = re.compile(r"^\s*(?:func\.)?return (.*?) :")
-
-
-def enabled() -> bool:
-    return switch("LMC_INPLACE", ("on", "off"), "on") == "on"
 
 
 class _Graph:
@@ -146,13 +141,13 @@ class Deps:
 
 
 def tie(args: list[str], lines: list[str], rets: list[tuple[str, str]], pairs,
-        funcs: dict[str, str] | None = None) -> list[str]:
+        funcs: dict[str, str] | None = None, on: bool = True) -> list[str]:
     """args: the entry point's "%name: type" strings; rets: its results (value, type); pairs:
     (argument index, result index) of each state tensor and its new value; lines: the body;
     funcs: the module's private functions (what each call's results are computed from).
     Returns args with `iree.abi.output` on each argument whose result can safely be written
-    over it."""
-    if not enabled():
+    over it (none when not `on`)."""
+    if not on:
         return args
     try:
         g = _Graph(lines, Deps(funcs or {}))

@@ -31,7 +31,7 @@ import numpy as np
 
 from lmc.lower import inplace
 from lmc.spec.config import effective_loss
-from lmc.core.errors import SpecError, switch
+from lmc.core.errors import SpecError
 from lmc.graph.ir import Node
 from lmc.check import check
 from lmc.graph.infer import TypedNet, bf16_operands, head_params, train_net
@@ -40,6 +40,7 @@ from lmc.losses import Loss, make_loss
 from lmc.optim import GLOBAL_HP, Optimizer, assign
 from lmc.core.render import render_prim, render_template, sig
 from lmc.core.types import TensorType
+from lmc.lower.options import LowerOptions
 from lmc.lower.spectral import capped, context
 from lmc.prims import make_prim
 from lmc.prims.axes import TO_HBWC, TO_NCHW, physical
@@ -126,9 +127,6 @@ def abi(net: TypedNet, world: int = 1) -> Abi:
         return Abi(net.params, [], [], net.state, net.input, out, out)
     loss = make_loss(effective_loss(cfg, net.spec.dataset), cfg)
     t = train_net(net)             # train.train_res: the training functions' input and masks
-    if cfg.bf16_conv and _conv_form():
-        raise SpecError("train.bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct's "
-                        "stablehlo.convolution", net.spec.loc("train", "bf16_conv"))
     optimizers = assign(net)
     head = head_params(net) if cfg.head_lr_mult != 1.0 else frozenset()
     used = tuple(_unique(optimizers))
@@ -188,9 +186,10 @@ def _loc(net: TypedNet, layer: int) -> str:
 
 
 class _Emitter:
-    def __init__(self, net: TypedNet):
+    def __init__(self, net: TypedNet, options: LowerOptions):
         self.net = net
-        self.forms = _conv_form()          # alternative primitive spellings (LMC_CONV_FORM)
+        self.options = options
+        self.forms = _FORMS[options.conv_form]     # alternative primitive spellings
         # the recipe's bf16: matmul operands in bfloat16, f32 accumulation (Prim.mixed_precision;
         # the standard convs' too with bf16_conv)
         self.bf16 = bool(net.spec.train is not None and net.spec.train.bf16)
@@ -221,19 +220,35 @@ class _Emitter:
         return [f"{base}#{i}" for i in range(len(results))]
 
 
+def option_refusal(net: TypedNet, options: LowerOptions) -> SpecError | None:
+    """What the recipe asks that these options' spellings cannot give (the training functions'
+    refusal, None if none): train.bf16_conv rounds the matmul form of conv, which the direct form
+    does not have.  Asked by lower() and `lmc info`, not by abi() or the check stage: they
+    describe the net whatever its spelling, and the options are the command line's."""
+    cfg = net.spec.train
+    if cfg is not None and cfg.bf16_conv and _FORMS[options.conv_form]:
+        return SpecError("train.bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct's "
+                         "stablehlo.convolution", net.spec.loc("train", "bf16_conv"))
+    return None
+
+
 def lower(net: TypedNet, functions: str = "all", backend: str | None = None, world: int = 1,
-          the_abi: Abi | None = None) -> str:
+          the_abi: Abi | None = None, options: LowerOptions = LowerOptions()) -> str:
     """Render the module.  functions: train_step (the training functions: @train_step, or
     @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
     backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
-    `LMC_CONV_FORM=direct` picks the stablehlo.convolution spelling of conv (_FORMS).
-    world > 1 (data-parallel ranks): @grad_step + @apply_step even without accumulation, the
-    update scaled by 1/(k·world) — the host sums the ranks' accumulators in between.
-    the_abi: the ABI the caller already built for (net, world), else it is built here.
-    A net the check stage refuses for these functions is refused here too (the check's report
-    is cached on the net: a command that checked it first does not check again)."""
+    options: the spellings (lmc/lower/options.py; conv_form="direct" picks the
+    stablehlo.convolution form of conv, _FORMS) — the defaults unless the caller passes the
+    command line's.  world > 1 (data-parallel ranks): @grad_step + @apply_step even without
+    accumulation, the update scaled by 1/(k·world) — the host sums the ranks' accumulators in
+    between.  the_abi: the ABI the caller already built for (net, world), else it is
+    built here.  A net the check stage refuses for these functions is refused here too (the
+    check's report is cached on the net: a command that checked it first does not check again)."""
     check(net, world).raise_for(functions)
-    em = _Emitter(net)
+    refused = option_refusal(net, options)
+    if refused is not None and functions in ("all", "train_step", "input_grad"):
+        raise refused
+    em = _Emitter(net, options)
     bodies = []
     if functions in ("all", "train_step"):
         if net.spec.train is None:
@@ -255,7 +270,7 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em))
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
-    if _packed_matmuls(net):
+    if _packed_matmuls(net, options.packed):
         out.append(PACKED)          # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
     out.append("module @model {")
     out += [em.funcs[k] for k in em.funcs]
@@ -264,15 +279,14 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     return "\n".join(out) + "\n"
 
 
-def _packed_matmuls(net: TypedNet) -> bool:
+def _packed_matmuls(net: TypedNet, packed: str = "auto") -> bool:
     """Whether packing pays on llvm-cpu (benchmarks/NOTES.md, "Packed matmuls"): it does for dense
     layers and for convs of 64+ channels or small maps (mnist_mlp −6% CPU, −21% on AVX2; resnet18
     @32² −12%), and costs where a conv of ≤ 64 channels runs on a 28×28 or larger map — the
     skinny matmul's big patch matrix is repacked every step (mnist_cnn +17%, cifar_cnn_bn +6%).
-    LMC_PACKED=on|off overrides (A/B)."""
-    force = switch("LMC_PACKED", ("auto", "on", "off"), "auto")
-    if force != "auto":
-        return force == "on"
+    packed="on"|"off" (LowerOptions.packed, LMC_PACKED at the command line) overrides (A/B)."""
+    if packed != "auto":
+        return packed == "on"
     for n in net.graph.nodes:
         if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]):
             _, o, oh, ow = n.out.type.dims
@@ -284,23 +298,18 @@ def _packed_matmuls(net: TypedNet) -> bool:
 # Alternative spellings of a primitive (same math, same contract, both oracle-tested).
 # Every backend gets the matmul form of conv by default: it compiles in seconds for cuda and
 # rocm too (resnet18 train step: 16 s for sm_86 at batch 8), while IREE 3.13's GPU codegen
-# for stablehlo.convolution took > 15 minutes on resnet18 for cuda.  `LMC_CONV_FORM=direct`
-# selects the stablehlo.convolution form (lmc/prims/conv_direct.py).
+# for stablehlo.convolution took > 15 minutes on resnet18 for cuda.  conv_form="direct"
+# (LowerOptions; LMC_CONV_FORM at the command line) selects the stablehlo.convolution form
+# (lmc/prims/conv_direct.py).
 _FORMS = {"matmul": {}, "direct": {"conv": "conv_direct"}}
 
 
-def _conv_form() -> dict:
-    return _FORMS[switch("LMC_CONV_FORM", tuple(_FORMS), "matmul")]
 
 
 # train.bf16's spelling (templates/prims/_dot.j2): "emulated" rounds the operands on their f32
 # bits and keeps an f32 dot; "convert" rounds them, converts to bf16 and dots bf16×bf16→f32.
 # Same numbers; the default is the faster on llvm-cpu (docs/layers.md, benchmarks/bf16_forms.py).
-_BF16_FORMS = ("emulated", "convert")
-
-
-def _bf16_form() -> str:
-    return switch("LMC_BF16_FORM", _BF16_FORMS, "convert")
+# LowerOptions.bf16_form picks one.
 
 
 def _prim_for(node: Node, forms: dict):
@@ -315,13 +324,13 @@ def _placed(net: TypedNet, em: _Emitter):
     what the forward and reverse walks visit."""
     key = id(net.graph)
     if key not in em.placed:
-        em.placed[key] = place(net.graph, net.output, lambda n: _prim_for(n, em.forms))
+        em.placed[key] = place(net.graph, net.output, lambda n: _prim_for(n, em.forms), em.options.hbwc)
     return em.placed[key]
 
 
 def _rendered(em: _Emitter, node: Node):
     prim = node.prim
-    extra = {"bf16": _bf16_form()} if em.bf16 and bf16_operands(node, em.bf16_conv) else None
+    extra = {"bf16": em.options.bf16_form} if em.bf16 and bf16_operands(node, em.bf16_conv) else None
     r = render_prim(prim, [v.type for v in node.inputs], [p.type for p in node.params], node.out.type, extra)
     em.add_funcs(r.fwd, r.text)
     return r
@@ -527,7 +536,7 @@ def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     rets += [(loss, SCALAR), (correct, SCALAR)]
     # new state tensors written over their arguments where every read is ordered first (inplace.py)
     n = len(N.args(a, "POES"))
-    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n)], em.funcs)
+    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n)], em.funcs, em.options.tie)
     return _func("train_step", args, em, rets)
 
 
@@ -564,7 +573,7 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     # S' over S (args P, S, G; results G', S').  G' gets a fresh buffer: the G a cycle starts
     # from is @apply_step's zeros, a constant IREE may hand out shared and read-only
     nP, nS = len(a.params), len(a.state)
-    args = inplace.tie(args, em.lines, rets, [(nP + i, nP + i) for i in range(nS)], em.funcs)
+    args = inplace.tie(args, em.lines, rets, [(nP + i, nP + i) for i in range(nS)], em.funcs, em.options.tie)
     return _func("grad_step", args, em, rets)
 
 
@@ -585,7 +594,7 @@ def _apply_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     rets = _rets_poe(a, new_p, new_o, new_e) + [(_zeros(em, p.type.mlir), p.type.mlir) for p in a.params]
     # P', O', E' over their arguments (G stays: its zeros would be written while G is read)
     n = len(N.args(a, "POE"))
-    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n + len(a.params))], em.funcs)
+    args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n + len(a.params))], em.funcs, em.options.tie)
     return _func("apply_step", args, em, rets)
 
 

@@ -2,7 +2,9 @@
 rule (`infer`), a float64 reference written against an array namespace `xp` (NumPy for the
 finite-difference oracle, jax.numpy for the autodiff oracle — the same formula, so the
 tests compare our hand-derived backward templates with an independent derivative), and a
-template `templates/prims/<name>.mlir.j2` holding `fwd`, `bwd` and optionally `eval`.
+template `templates/prims/<name>.mlir.j2` holding `fwd`, `bwd` and optionally `eval` (one
+kernel per template: a primitive with two forms names the other form's template in
+`template()`, as conv does for its depthwise taps).
 
 Template contract (Python owns it; the template only spells it):
     fwd(inputs..., params...)          -> (y, saved..., stats...)
@@ -107,6 +109,12 @@ class Prim:
     def context(self, ins, ps, out) -> dict:
         """Extra template variables (numbers computed here, never in the template)."""
         return {}
+
+    def template(self, ctx: dict) -> str:
+        """The template (under templates/) that spells this instance, given its render context:
+        `prims/<name>.mlir.j2`.  One kernel per template: a primitive with two forms (conv's
+        depthwise taps and patch matmuls) picks the form's template here, not in Jinja."""
+        return f"prims/{self.name}.mlir.j2"
 
     def stats(self, ins, ps, out) -> list[TensorType]:
         """Types of the batch statistics fwd returns after the saved values (BN: μ, σ²)."""

@@ -138,6 +138,11 @@ class Conv(Prim):
     def _depthwise(self, x, w) -> bool:
         return self.groups == x.dims[1] and w.dims[1] == 1 and w.dims[0] == x.dims[1]
 
+    def template(self, ctx):
+        """The depthwise form is its own kernel (templates/prims/conv_depthwise.mlir.j2); the
+        patch matmuls are this primitive's template (conv.mlir.j2, dilated_conv's includes it)."""
+        return "prims/conv_depthwise.mlir.j2" if ctx.get("depthwise") else super().template(ctx)
+
     def saved(self, ins, ps, out):
         (x,), (w,) = ins, ps
         if self._depthwise(self.logical(x), w):

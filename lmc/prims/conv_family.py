@@ -101,6 +101,10 @@ class Conv1d(Prim):
     def _w(self, w):
         return (w.dims[0], 1, w.dims[1]) if w.rank == 2 else w.dims
 
+    def template(self, ctx):
+        """The depthwise form is its own kernel (templates/prims/conv1d_depthwise.mlir.j2)."""
+        return "prims/conv1d_depthwise.mlir.j2" if ctx["depthwise"] else super().template(ctx)
+
     def saved(self, ins, ps, out):
         return list(ins)
 

@@ -19,6 +19,7 @@ from lmc.compile import compile_module, resolve_backend
 from lmc.core.errors import RunError, TrainError
 from lmc.graph.infer import TypedNet
 from lmc.lower.lowering import abi, lower
+from lmc.lower.options import LowerOptions
 from lmc.run.runtime import Module
 from lmc.train.masks import draw
 
@@ -71,32 +72,34 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
 
 
 def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
-          warmup: int = 3, forward: bool = True, cold: bool = False) -> dict:
+          warmup: int = 3, forward: bool = True, cold: bool = False,
+          options: LowerOptions = LowerOptions()) -> dict:
     """cold=True compiles once into an empty temporary cache, so the cold time is measured
-    even when the module is already cached."""
+    even when the module is already cached.  options: the lowering's spellings measured (in the
+    result as `lower_options`: a number means little without them)."""
     backend = resolve_backend(backend)
-    text = lower(net, backend=backend)
+    text = lower(net, backend=backend, options=options)
     t0 = time.perf_counter()
     if cold:
         old = os.environ.get("LMC_CACHE")
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["LMC_CACHE"] = tmp
             try:
-                compile_module(text, backend=backend, chip=chip)
+                compile_module(text, backend=backend, chip=chip, options=options)
             finally:
                 if old is None:
                     os.environ.pop("LMC_CACHE", None)
                 else:
                     os.environ["LMC_CACHE"] = old
         compile_s = time.perf_counter() - t0
-        c = compile_module(text, backend=backend, chip=chip)
+        c = compile_module(text, backend=backend, chip=chip, options=options)
     else:
-        c = compile_module(text, backend=backend, chip=chip)
+        c = compile_module(text, backend=backend, chip=chip, options=options)
         compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    compile_module(text, backend=backend, chip=chip)          # the cached path: hash + copy
+    compile_module(text, backend=backend, chip=chip, options=options)          # the cached path: hash + copy
     cached_s = time.perf_counter() - t0
-    compiled = {"name": net.spec.name, "backend": backend, "batch": net.batch,
+    compiled = {"name": net.spec.name, "backend": backend, "batch": net.batch, "lower_options": options.as_dict(),
                 "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
                 "compile_cached_s": round(cached_s, 4), "vmfb_bytes": Path(c.path).stat().st_size}
     t0 = time.perf_counter()

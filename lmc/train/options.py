@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmc.evaluate.score import EvalResult
+from lmc.lower.options import LowerOptions
 
 CHECKPOINT = "last.npz"
 METRICS = "metrics.jsonl"
@@ -31,6 +32,7 @@ class TrainOptions:
     stream: bool | None = None        # image folders decoded per batch (None: by size)
     dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others
     nproc: int = 1                    # data-parallel ranks (lmc/run/dist.py; the launcher's world)
+    lower_options: LowerOptions = LowerOptions()   # the lowering's spellings (the command line's LMC_*)
 
 
 class Interrupted(Exception):

@@ -141,7 +141,8 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     tensors, compile and load the module — in the order their errors must come."""
     cfg = job.cfg
     backend = resolve_backend(job.opts.backend)
-    text = lower(job.net, backend=backend, world=job.world.size, the_abi=job.abi)   # before the data: a refusal costs no loading
+    text = lower(job.net, backend=backend, world=job.world.size, the_abi=job.abi,
+                 options=job.opts.lower_options)   # before the data: a refusal costs no loading
     resumed = _read_resume(job)
     ds = _load_data(job, resumed)
     tta = TTA(ds, cfg) if cfg.use_tta else None
@@ -272,7 +273,7 @@ def _initial_start(job: TrainJob) -> Start:
 
 def _load_module(job: TrainJob, text: str, backend: str) -> Module:
     t0 = time.time()
-    c = compile_module(text, None, backend, job.opts.chip)
+    c = compile_module(text, None, backend, job.opts.chip, options=job.opts.lower_options)
     job.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
     return Module(c.path, backend, device=_device(job.world, backend))
 

@@ -13,6 +13,7 @@ from lmc.compile import compile_module, resolve_backend
 from lmc.data.fit import load_data
 from lmc.evaluate.checkpoint import EVAL_REGIONS
 from lmc.lower.lowering import lower
+from lmc.lower.options import LowerOptions
 from lmc.run.checkpoint import load_init, load_region, read_tensors
 from lmc.run.runtime import Module
 
@@ -81,9 +82,10 @@ def load_weights(net, init: Path, region: str = "auto"):
 
 
 def load_model(net, init: Path, data, backend, chip, log, functions: str = "forward", region: str = "auto",
-               limit: int | None = None) -> Model:
-    """Compile `functions` of `net` (forward, or input_grad: @input_grad + @forward), upload a
-    checkpoint's weights, load the validation split (its first `limit` examples)."""
+               limit: int | None = None, options: LowerOptions = LowerOptions()) -> Model:
+    """Compile `functions` of `net` (forward, or input_grad: @input_grad + @forward) lowered with
+    `options`, upload a checkpoint's weights, load the validation split (its first `limit`
+    examples)."""
     check_classifier(net)
     if limit is not None and limit < 1:
         raise TrustError(f"--limit must be at least 1, got {limit}")
@@ -98,7 +100,7 @@ def load_model(net, init: Path, data, backend, chip, log, functions: str = "forw
     if len(x) == 0:
         raise TrustError(f"{ds.name} has no validation examples to judge the net on")
     b = resolve_backend(backend)
-    c = compile_module(lower(net, functions, backend=b), None, b, chip)
+    c = compile_module(lower(net, functions, backend=b, options=options), None, b, chip, options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); {len(x):,} validation "
         f"examples of {ds.name}; {init} ({what}; {region} weights)")
     mod = Module(c.path, b)

@@ -1,0 +1,89 @@
+"""The lowering's options: the alternative spellings of one module (same math, same ABI), for
+A/B measurements and escape hatches.  One frozen value, passed explicitly from the command
+line down to every pass that reads one, so what produced a module is visible in a signature
+and recorded with it (the compile cache key, `lmc info --json`, `lmc bench`), never looked up
+in the environment halfway through a lowering.
+
+The command line builds it once from the `LMC_*` environment variables (`from_env`); library
+callers and tests pass `LowerOptions(...)` or take the defaults, whatever the environment says.
+
+- conv_form (LMC_CONV_FORM): matmul | direct — conv as patch matmuls, or stablehlo.convolution
+  (lmc/prims/conv_direct.py);
+- bf16_form (LMC_BF16_FORM): convert | emulated — train.bf16's dots (templates/prims/_dot.j2);
+- layout (LMC_LAYOUT): hbwc | nchw — the activation-layout pass on, or every value NCHW
+  (lmc/graph/layout.py);
+- inplace (LMC_INPLACE): on | off — new state written over its argument where safe
+  (lmc/lower/inplace.py);
+- packed (LMC_PACKED): auto | on | off — the packed-matmul hint for llvm-cpu (lowering.py
+  `_packed_matmuls`)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+
+from lmc.core.errors import LmcError
+
+# field → (environment variable, allowed values, default first)
+CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "conv_form": ("LMC_CONV_FORM", ("matmul", "direct")),
+    "bf16_form": ("LMC_BF16_FORM", ("emulated", "convert")),
+    "layout": ("LMC_LAYOUT", ("hbwc", "nchw")),
+    "inplace": ("LMC_INPLACE", ("on", "off")),
+    "packed": ("LMC_PACKED", ("auto", "on", "off")),
+}
+
+
+def switch(name: str, allowed, default: str, environ=None) -> str:
+    """An `LMC_*` environment switch: its value, the default when unset; an unknown value is
+    refused (an LmcError: exit 2 naming the variable), never read as the default."""
+    v = (os.environ if environ is None else environ).get(name, default)
+    if v not in allowed:
+        raise LmcError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")
+    return v
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    conv_form: str = "matmul"
+    bf16_form: str = "convert"
+    layout: str = "hbwc"
+    inplace: str = "on"
+    packed: str = "auto"
+
+    def __post_init__(self):
+        # a value built in code is checked as strictly as one read from the environment: a typo
+        # would otherwise lower with some other spelling and say nothing
+        for f in fields(self):
+            v, allowed = getattr(self, f.name), CHOICES[f.name][1]
+            if v not in allowed:
+                raise LmcError(f"LowerOptions.{f.name}={v!r}: expected one of {', '.join(allowed)} "
+                               f"(default {f.default})")
+
+    @classmethod
+    def from_env(cls, environ=None) -> "LowerOptions":
+        """The options the `LMC_*` variables select (the command line's one read of them)."""
+        return cls(**{f.name: switch(CHOICES[f.name][0], CHOICES[f.name][1], f.default, environ)
+                      for f in fields(cls)})
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for logs: `conv_form=matmul, bf16_form=convert, …`."""
+        return ", ".join(f"{k}={v}" for k, v in self.as_dict().items())
+
+    def canonical(self) -> str:
+        """A stable text of every option (sorted keys), for keys that must tell option sets apart."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    # what the passes ask
+    @property
+    def hbwc(self) -> bool:
+        """The activation-layout pass runs (lmc/graph/layout.py `place`)."""
+        return self.layout == "hbwc"
+
+    @property
+    def tie(self) -> bool:
+        """New state is written over its arguments where safe (lmc/lower/inplace.py `tie`)."""
+        return self.inplace == "on"
