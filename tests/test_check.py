@@ -134,13 +134,13 @@ OWN = {
     "losses": {"SpecError", "DataError", "NotImplementedKind"},
     "optim": {"SpecError", "NotImplementedKind"},
     "data": {"DataError"},
-    "lower": {"SpecError", "TemplateError", "NotImplementedKind"},
+    "lower": {"SpecError", "TemplateError", "NotImplementedKind", "UsageError"},   # LMC_* values
     "compile": {"CompileError"},
     "run": {"CheckpointError", "RunError"},
     "train": {"TrainError"},
     "evaluate": {"EvalError"},
     "trust": {"TrustError"},
-    "cli": {"LmcError"},
+    "cli": {"LmcError", "UsageError"},
 }
 
 

@@ -82,6 +82,10 @@ class TemplateError(LmcError):
     """A template failed to render (a bug in lmc, reported with its layer)."""
 
 
+class UsageError(LmcError):
+    """An option or LMC_* environment switch has a value lmc does not accept."""
+
+
 class CompileError(LmcError):
     """iree-compile is missing or rejected the module."""
 

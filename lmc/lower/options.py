@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, fields
 
-from lmc.core.errors import LmcError
+from lmc.core.errors import UsageError
 
 # field → (environment variable, allowed values, default first)
 CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -36,10 +36,10 @@ CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def switch(name: str, allowed, default: str, environ=None) -> str:
     """An `LMC_*` environment switch: its value, the default when unset; an unknown value is
-    refused (an LmcError: exit 2 naming the variable), never read as the default."""
+    refused (a UsageError: exit 2 naming the variable), never read as the default."""
     v = (os.environ if environ is None else environ).get(name, default)
     if v not in allowed:
-        raise LmcError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")
+        raise UsageError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")
     return v
 
 
@@ -57,7 +57,7 @@ class LowerOptions:
         for f in fields(self):
             v, allowed = getattr(self, f.name), CHOICES[f.name][1]
             if v not in allowed:
-                raise LmcError(f"LowerOptions.{f.name}={v!r}: expected one of {', '.join(allowed)} "
+                raise UsageError(f"LowerOptions.{f.name}={v!r}: expected one of {', '.join(allowed)} "
                                f"(default {f.default})")
 
     @classmethod
