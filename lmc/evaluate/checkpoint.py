@@ -1,6 +1,7 @@
 """`lmc eval`: a checkpoint's weights scored on the validation split."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from lmc.core.errors import EvalError, LmcError
@@ -28,6 +29,38 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     recalibrate N > 0: the BN statistics re-estimated from N training batches first
     (lmc/evaluate/recalibrate.py).  options: the lowering's spellings — those `lmc train` used,
     for the cache hit below."""
+    _check_args(net, region, recalibrate)
+    w = _weights(net, Path(init), region, recalibrate)
+    seed = net.spec.train.seed if net.spec.train is not None else 0
+    ds = load_data(net, data, seed)
+    if w.meta is not None and w.meta.get("vocab") != ds.vocab:
+        raise EvalError(f"{init} was trained on another character vocabulary than this text's "
+                         f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
+    b = resolve_backend(backend)
+    a, text = _train_module(net, b, options)
+    c = compile_module(text or lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
+    log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
+        f"validation examples of {ds.name} with {init} ({w.got.what}; {w.region} weights)")
+    mod = Module(c.path, b)
+    if recalibrate:
+        if text is None:
+            raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
+        S = recalibrate_bn(mod, net, w.got.params, recalibrate, ds, log)
+    else:
+        S = [mod.upload(x) for x in (w.got.state or [])]
+    args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
+    if w.region == "swag":
+        cfg = net.spec.train
+        return evaluate_swag(mod, w.mean, w.sq, w.devs, S, cfg.swag_samples, cfg.seed, *args)
+    eloss = a.loss if a is not None else None     # the recipe's loss decides how float targets are scored
+    tta = TTA(ds, net.spec.train) if net.spec.train is not None and net.spec.train.use_tta else None
+    r = evaluate(mod, [mod.upload(x) for x in w.params], S, *args, label_format=eval_format(ds.label_format, eloss),
+                 loss=eloss, tta=tta)
+    r.region = w.region
+    return r
+
+
+def _check_args(net, region: str, recalibrate: int) -> None:
     if region not in EVAL_REGIONS:
         raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
     if recalibrate:
@@ -37,59 +70,54 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
             raise EvalError("--recalibrate: the net has no BN running statistics to re-estimate")
         if net.spec.train is None:
             raise EvalError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
-    got = load_init(Path(init), net)
+
+
+@dataclass
+class _Weights:
+    got: object                 # lmc.run.checkpoint's loaded --init (params, state, what)
+    meta: dict | None
+    region: str
+    params: list
+    mean: list | None = None    # swag: the SWA mean, mean of squares, the deviations
+    sq: list | None = None
+    devs: list | None = None
+
+
+def _weights(net, init: Path, region: str, recalibrate: int) -> _Weights:
+    """The checkpoint's weights of `region` (auto: the region the run's own eval scored)."""
+    got = load_init(init, net)
     if net.state and got.state is None and not recalibrate:
         raise EvalError(f"{init} has no BN running statistics, which eval needs for this net",
                          hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them, "
                               "or re-estimate them with --recalibrate N (N training batches)")
-    tensors, meta = read_tensors(Path(init)) if Path(init).suffix == ".npz" else (None, None)
+    tensors, meta = read_tensors(init) if init.suffix == ".npz" else (None, None)
     if region == "auto":
         region = (meta or {}).get("eval_region", "live")
+    w = _Weights(got, meta, region, got.params)
 
     def part(r):
-        return load_region(Path(init), net, r, tensors, meta)
+        return load_region(init, net, r, tensors, meta)
 
-    params = got.params
     if region in ("ema", "swa"):
-        params = part(region)
+        w.params = part(region)
     elif region == "swag":
         if net.spec.train is None:
             raise EvalError("--region swag draws swag_samples weight vectors: the spec needs its `train:` recipe")
-        mean, sq, dev = part("swa"), part("swa_sq"), part("swag_dev")
-        devs = [[d[i] for d in dev] for i in range(dev[0].shape[0])]
-    seed = net.spec.train.seed if net.spec.train is not None else 0
-    ds = load_data(net, data, seed)
-    if meta is not None and meta.get("vocab") != ds.vocab:
-        raise EvalError(f"{init} was trained on another character vocabulary than this text's "
-                         f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
-    b = resolve_backend(backend)
-    text = None
-    if net.spec.train is not None:
-        # the whole module, as `lmc train` compiled it: a cache hit after training
-        try:
-            text = lower(net, backend=b, options=options)
-        except LmcError:
-            text = None
-    c = compile_module(text or lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
-    log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
-        f"validation examples of {ds.name} with {init} ({got.what}; {region} weights)")
-    mod = Module(c.path, b)
-    if recalibrate:
-        if text is None:
-            raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
-        S = recalibrate_bn(mod, net, got.params, recalibrate, ds, log)
-    else:
-        S = [mod.upload(a) for a in (got.state or [])]
-    args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
-    if region == "swag":
-        cfg = net.spec.train
-        return evaluate_swag(mod, mean, sq, devs, S, cfg.swag_samples, cfg.seed, *args)
-    try:                                   # the recipe's loss decides how float targets are scored
-        eloss = abi(net).loss if net.spec.train is not None else None
+        w.mean, w.sq, dev = part("swa"), part("swa_sq"), part("swag_dev")
+        w.devs = [[d[i] for d in dev] for i in range(dev[0].shape[0])]
+    return w
+
+
+def _train_module(net, backend: str, options: LowerOptions):
+    """(the ABI, the whole module as `lmc train` compiled it — a cache hit after training), each
+    None where the recipe's training functions do not build; the ABI built once."""
+    if net.spec.train is None:
+        return None, None
+    try:
+        a = abi(net)
     except LmcError:
-        eloss = None
-    tta = TTA(ds, net.spec.train) if net.spec.train is not None and net.spec.train.use_tta else None
-    r = evaluate(mod, [mod.upload(a) for a in params], S, *args, label_format=eval_format(ds.label_format, eloss),
-                 loss=eloss, tta=tta)
-    r.region = region
-    return r
+        return None, None
+    try:
+        return a, lower(net, backend=backend, options=options, the_abi=a)
+    except LmcError:
+        return a, None
