@@ -5,6 +5,7 @@ problem is collected, located by `loc_of(field)`."""
 from __future__ import annotations
 
 from lmc.core.errors import MultiError, SpecError
+from lmc.data.kinds import dataset_class
 from lmc.losses import BOXES, CLASS, dataset_need, loss_for
 from lmc.optim import fields_read, optimizer_fields, optimizer_names, selection
 from lmc.spec.config import TRAIN_FIELDS, dataset_labels, effective_loss, mixup_mode
@@ -59,16 +60,16 @@ class _Rules:
         return f"{up}, or {down}"
 
 
-def _cadence(r: "_Rules") -> None:
-    """Val_every_epochs: the ImageNet cadence, one of two cadences."""
+def _dataset(r: "_Rules") -> None:
+    """The dataset kind's own rules (lmc/data/kinds: Kind.rules; val_every_epochs is imagenet's)."""
     cfg, err, ds = r.cfg, r.err, r.ds
-    if cfg.val_every_epochs > 1:        # the seed's ImageNet-streaming cadence (N <= 1: the default)
-        if ds != "imagenet":
-            err(f"val_every_epochs is the ImageNet cadence (dataset: imagenet), not for dataset {ds or '(none)'}",
+    if ds is None:
+        if cfg.val_every_epochs > 1:
+            err("val_every_epochs is the ImageNet cadence (dataset: imagenet), not for dataset (none)",
                 "val_every_epochs", hint="set eval_every_n_epochs, lmc's cadence for every dataset")
-        elif cfg.eval_every_n_epochs != TRAIN_FIELDS["eval_every_n_epochs"][1]:
-            err("val_every_epochs and eval_every_n_epochs are two cadences for one evaluation: set one",
-                "val_every_epochs", also=("eval_every_n_epochs",))
+        return
+    for rule in dataset_class(ds).rules(cfg):
+        err(rule.message, rule.field, also=rule.also, hint=rule.hint)
 
 
 def _focal(r: "_Rules") -> None:
@@ -195,7 +196,7 @@ def _counts(r: "_Rules") -> None:
                                          max(cfg.epochs, 1) - 1))
 
 
-RULES = (_cadence, _focal, _switches, _fpn_affine, _yolo_fields, _optimizer_fields, _schedule, _exclusions,
+RULES = (_dataset, _focal, _switches, _fpn_affine, _yolo_fields, _optimizer_fields, _schedule, _exclusions,
          _loss, _optimizer_flags, _bf16, _counts)
 
 

@@ -86,8 +86,11 @@ class Kind:
     @classmethod
     def rules(cls, cfg) -> list[Rule]:
         """The recipe combinations this dataset refuses (lmc.losses' Rule: message, field, the
-        rule's other fields, hint).  Not asked yet: the dataset rules of the recipe check are
-        still written in lmc/spec/config.py."""
+        rule's other fields, hint), asked by the check stage.  By default: val_every_epochs > 1,
+        the seed's ImageNet-streaming cadence, belongs to imagenet (which overrides this)."""
+        if cfg.val_every_epochs > 1:
+            return [Rule(f"val_every_epochs is the ImageNet cadence (dataset: imagenet), not for dataset {cls.name}",
+                         "val_every_epochs", hint="set eval_every_n_epochs, lmc's cadence for every dataset")]
         return []
 
     @classmethod

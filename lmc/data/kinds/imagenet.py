@@ -3,10 +3,13 @@
 preloaded."""
 from __future__ import annotations
 
+import dataclasses
+
 from lmc.core.errors import DataError
 from lmc.data import imagenette
 from lmc.data.kinds import register
 from lmc.data.kinds.imagenette import Imagenette
+from lmc.losses import Rule
 
 
 @register("imagenet")
@@ -14,6 +17,16 @@ class Imagenet(Imagenette):
     order = 4
     fetch = ("lay out ImageNet-1k (ILSVRC 2012, from https://image-net.org) as DIR/train/<wnid>/*.JPEG and "
              "DIR/val/<wnid>/*.JPEG, the validation images sorted into their class folders")
+
+    @classmethod
+    def rules(cls, cfg):
+        # val_every_epochs is this dataset's cadence (every N epochs and the last); with lmc's
+        # eval_every_n_epochs also set, one evaluation would have two cadences
+        default = next(f.default for f in dataclasses.fields(cfg) if f.name == "eval_every_n_epochs")
+        if cfg.val_every_epochs > 1 and cfg.eval_every_n_epochs != default:
+            return [Rule("val_every_epochs and eval_every_n_epochs are two cadences for one evaluation: set one",
+                         "val_every_epochs", also=("eval_every_n_epochs",))]
+        return []
 
     @classmethod
     def check_stream(cls, stream):
