@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lmc.check import load_net
 from lmc.losses.boxes import BoxAffine, encode_fpn, grid_to_list, shape_iou, warp
 from lmc.core.errors import LmcError
 from lmc.graph.infer import infer
@@ -113,7 +114,7 @@ def test_prob_zero_is_no_change_and_draws_are_seeded():
 ])
 def test_rules(spec, sets, msg):
     with pytest.raises(LmcError, match=msg):
-        infer(load_spec(ROOT / "specs" / f"{spec}.yaml", [(s, "--set") for s in sets]))
+        load_net(ROOT / "specs" / f"{spec}.yaml", [(s, "--set") for s in sets])     # load, infer, check
 
 
 @pytest.mark.iree
