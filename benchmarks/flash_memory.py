@@ -20,12 +20,12 @@ CHILD = r"""
 import json, resource, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from lmc.bench import stepper
+from lmc.train.bench import stepper
 from lmc.compile import compile_module
-from lmc.infer import infer
-from lmc.lower import lower
-from lmc.runtime import Module
-from lmc.spec import load_spec
+from lmc.graph.infer import infer
+from lmc.lower.lowering import lower
+from lmc.run.runtime import Module
+from lmc.spec.netspec import load_spec
 net = infer(load_spec("flash.yaml", text={spec!r}))
 m = Module(compile_module(lower(net, "train_step")).path)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = """
 import json, os, threading, numpy as np
 from lmc.compile import compile_module
-from lmc.lower import prim_test_module
+from lmc.lower.lowering import prim_test_module
 from lmc.prims import make_prim
-from lmc.runtime import Module
-from lmc.types import TensorType
+from lmc.run.runtime import Module
+from lmc.core.types import TensorType
 tid = threading.get_native_id()
 before = os.getpriority(os.PRIO_PROCESS, tid)
 m = Module(compile_module(prim_test_module(make_prim("act", kind="relu"), [TensorType((4,))], [])).path)
