@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup test test-slow demo lint bench golden clean
+.PHONY: setup test test-slow demo lint bench docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,9 @@ lint: $(TEST_STAMP)
 
 bench: $(BENCH_STAMP)  ## lmc vs JAX vs PyTorch on the four reference nets; writes benchmarks/RESULTS.md
 	$(BIN)/python benchmarks/run.py --results benchmarks/RESULTS.md
+
+docs: $(RUN_STAMP)  ## rewrite the registry tables of docs/spec.md (layers, losses, optimizers, datasets)
+	$(BIN)/python tools/gendocs.py
 
 clean:
 	rm -rf build runs .pytest_cache

@@ -133,3 +133,39 @@ def test_fpn_detector_trains_with_box_aware_affine(tmp_path):
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
     ev = [x for x in recs if x["kind"] == "eval"][-1]
     assert ev["n"] == 500 and "map50" in ev
+
+
+def test_the_box_label_base_pack_flips_boxes_with_their_image():
+    """augment on box labels (the Lean kit's FPN base pack): HSV jitter + horizontal flip, the
+    boxes mirrored with the image — in the dataset's grid form and in box-list form alike, so
+    every detection loss's label fitting reads the moved boxes.  Checked on digits_det: a flipped
+    image's boxes decode to the mirrored boxes of the original, and the pixels inside each
+    mirrored box are the original box's, mirrored (up to the value jitter)."""
+    from lmc.data import Batcher, load_dataset
+    from lmc.data.augment import boxes_hflip, hsv_jitter
+    ds = load_dataset("digits_det", None, (1, 64, 64), 10)
+    x, y = ds.x_train[:16].copy(), ds.y_train[:16].copy()
+    rng = np.random.default_rng(3)
+    xf, yf = boxes_hflip(x, y, np.random.default_rng(3))
+    flip = np.random.default_rng(3).random(16) < 0.5
+    assert flip.any() and not flip.all()
+    before, after = grid_to_list(y), grid_to_list(yf)
+    for k in range(16):
+        b = before[k][before[k][:, 0] >= 0]
+        a = after[k][after[k][:, 0] >= 0]
+        want = b.copy()
+        if flip[k]:
+            want[:, 1] = 1 - b[:, 1]
+            np.testing.assert_array_equal(xf[k], x[k][:, :, ::-1])
+        key = lambda r: (r[0], round(float(r[1]), 4), round(float(r[2]), 4))
+        np.testing.assert_allclose(sorted(a.tolist(), key=key), sorted(want.tolist(), key=key), atol=1e-5)
+    lf, lyf = boxes_hflip(x, before, np.random.default_rng(3))       # box lists: cx → 1 − cx
+    np.testing.assert_allclose(lyf[flip, :, 1][before[flip, :, 0] >= 0], 1 - before[flip, :, 1][before[flip, :, 0] >= 0])
+    # HSV on one channel is a value gain in [0.6, 1.4] per image (in [0, 1], clipped)
+    j = hsv_jitter(np.full((4, 1, 2, 2), 0.5, np.float32), rng)
+    assert ((j >= 0.3 - 1e-6) & (j <= 0.7 + 1e-6)).all() and len(np.unique(j)) == 4
+    rgb = np.random.default_rng(1).random((3, 3, 4, 4)).astype(np.float32)     # zero gains: the identity
+    np.testing.assert_allclose(hsv_jitter(rgb, rng, gains=(0, 0, 0)), rgb, atol=1e-5)
+    b = Batcher(ds, 16, seed=0, augment=True)
+    xb, yb = b.batch(0, 0)
+    assert xb.shape == (16, 1, 64, 64) and yb.shape == ds.y_train[:16].shape

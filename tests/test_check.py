@@ -164,3 +164,26 @@ def test_each_stage_raises_only_its_own_errors():
                 continue                  # lmc bugs keep Python's types (and their tracebacks)
             bad.append(f"{path.relative_to(ROOT)} raises {name}")
     assert bad == []
+
+
+@pytest.mark.parametrize("sets, why", [
+    (["det_stride=8"], None),
+    (["det_stride=16"], "det_stride 16 on a 64×64 input asks for a 4×4 grid, but the net's head is 8×8"),
+    (["det_stride=3"], "asks for a 21.3333×21.3333 grid"),
+])
+def test_det_stride_is_checked_against_the_grid_head(sets, why):
+    """det_stride (the Lean kit's detStride: grid = image / det_stride) must agree with the grid
+    the layers build; a contradiction is refused where it is written, with the stride that fits."""
+    r = CliRunner().invoke(app, ["validate", str(ROOT / "specs" / "yolo_digits.yaml"), *[a for s in sets for a in ("--set", s)]])
+    if why is None:
+        assert r.exit_code == 0, r.output
+    else:
+        assert r.exit_code == 2 and r.stderr.startswith("error: --set det_stride: ") and why in r.stderr, r.output
+        assert "hint: det_stride: 8" in r.stderr
+
+
+@pytest.mark.parametrize("spec, msg", [("digits_cnn", "this spec's loss is class_ce, so nothing would read it"),
+                                       ("digits_fpn_det", "the multi-scale head's grids are train.fpn_scales'")])
+def test_det_stride_is_refused_where_no_single_grid_reads_it(spec, msg):
+    r = CliRunner().invoke(app, ["validate", str(ROOT / "specs" / f"{spec}.yaml"), "--set", "det_stride=8"])
+    assert r.exit_code == 2 and msg in r.stderr, r.output

@@ -629,6 +629,21 @@ def test_eval_batches_pads_last_batch():
     assert list(eval_batches(x[:0], y[:0], 4)) == []
 
 
+def test_eval_batches_fill_the_tail_with_real_rows_under_batch_statistics():
+    """BN with batch statistics at eval (train.running_bn false): the tail batch is completed
+    with real rows, never zeros (they would shift the real rows' normalisation); a split smaller
+    than a batch is cycled."""
+    x = np.arange(10 * 3, dtype=np.float32).reshape(10, 3) + 1
+    y = np.arange(10, dtype=np.int32) + 1
+    out = list(eval_batches(x, y, 4, batch_stats=True))
+    assert [n for _, _, n in out] == [4, 4, 2]
+    xb, yb, _ = out[-1]
+    np.testing.assert_array_equal(xb[:2], x[8:])
+    assert all(any((r == row).all() for row in x[:8]) for r in xb[2:]) and yb[2:].all()
+    xb, yb, n = next(eval_batches(x[:3], y[:3], 8, batch_stats=True))
+    assert n == 3 and xb.shape == (8, 3) and xb.all() and set(yb) == {1, 2, 3}
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 40), batch=st.integers(1, 12))
 def test_eval_batches_cover_every_row_once(n, batch):

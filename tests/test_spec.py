@@ -193,7 +193,7 @@ def test_input_forms():
 
 def test_net_options_defaults_and_values():
     s = load(MLP)
-    assert (s.det_stride, s.build_tag, s.conv_bn_act, s.conv_pad_style) == (32, "", Activation.relu, PadStyle.xla_same)
+    assert (s.det_stride, s.build_tag, s.conv_bn_act, s.conv_pad_style) == (None, "", Activation.relu, PadStyle.xla_same)
     s = load(MLP + "det_stride: 16\nbuild_tag: arm-b\nconv_bn_act: relu6\nconvPadStyle: symmetric\n")
     assert (s.det_stride, s.build_tag, s.conv_bn_act, s.conv_pad_style) == (16, "arm-b", Activation.relu6,
                                                                           PadStyle.symmetric)
@@ -594,15 +594,21 @@ def test_focal_only_with_int_labels_and_no_smoothing():
     assert rule_errors("  use_focal: true\n  use_yolov1: true\n") == []
 
 
-def test_mixing_modes_and_knn_exclusivity():
+def test_mixing_modes_and_knn_precedence():
     assert mixup_mode(cfg(use_knn_mixup=True)) == "knn_mixup"
     assert mixup_mode(cfg(use_mixup=True, use_cutmix=True)) == "mixup|cutmix"    # timm's per-batch switch
     assert mixup_mode(cfg(use_cutmix=True)) == "cutmix"
     assert mixup_mode(cfg()) is None
-    # the seed lets KNN take precedence: that would leave use_mixup accepted and unused — refused
-    assert rule_errors("  use_knn_mixup: true\n  use_mixup: true\n") == [
-        (6, "use_knn_mixup excludes use_mixup (KNN-mixup replaces the random partner; the seed lets it "
-            "take precedence, which would leave use_mixup accepted and unused)")]
+    # the Lean kit: KNN-mixup takes precedence over mixup and CutMix (every batch is KNN-mixed)
+    from lmc.data.mix import Mixer
+    import numpy as np
+    assert rule_errors("  use_knn_mixup: true\n  use_mixup: true\n  use_cutmix: true\n") == []
+    both = cfg(use_knn_mixup=True, use_mixup=True, use_cutmix=True, knn_mixup_alpha=0.4)
+    assert mixup_mode(both) == "knn_mixup"
+    m = Mixer.from_config(both)
+    assert (m.mixup_alpha, m.cutmix_alpha, m.knn_alpha) == (None, None, 0.4)
+    rng = np.random.default_rng(0)
+    assert {m.mode(rng) for _ in range(20)} == {"knn_mixup"}
 
 
 def test_a_field_under_an_off_switch_is_refused():

@@ -104,5 +104,16 @@ def test_val_every_epochs_is_imagenets_cadence(tmp_path):
         spec("imagenet", "val_every_epochs: 2, eval_every_n_epochs: 1")
     out = tmp_path / "run"
     train(infer(spec("imagenet", "val_every_epochs: 2")), TrainOptions(out=out), Console(file=io.StringIO()))
-    evals = [r["epoch"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
-    assert evals == [2, 3]                    # every 2 epochs, and always the last
+    evals = lambda out: [r["epoch"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+                         if r["kind"] == "eval"]
+    assert evals(out) == [2, 3]               # every 2 epochs, and always the last
+    # val_every_epochs ≤ 1 (the default 1) is the Lean kit's every-epoch validation on imagenet,
+    # not lmc's 10-epoch default; an explicit eval_every_n_epochs stays lmc's cadence
+    for extra, want in (("val_every_epochs: 1", [1, 2, 3]), ("val_every_epochs: 0", [1, 2, 3]),
+                        ("eval_every_n_epochs: 2", [2, 3])):
+        o = tmp_path / extra.replace(": ", "")
+        train(infer(spec("imagenet", extra)), TrainOptions(out=o), Console(file=io.StringIO()))
+        assert evals(o) == want, extra
+    o = tmp_path / "nette"
+    train(infer(spec("imagenette", "val_every_epochs: 1")), TrainOptions(out=o), Console(file=io.StringIO()))
+    assert evals(o) == [3]                    # other datasets: lmc's eval_every_n_epochs (10), and the last

@@ -509,8 +509,46 @@ layers:
   - max_pool: {size: 2, stride: 2}
   - flatten
   - dense: {fan_in: 96, fan_out: 10}
-train: {learning_rate: 0.01, batch_size: 64, epochs: 4, use_adam: true, seed: 1, eval_every_n_epochs: 0}
+train: {learning_rate: 0.01, batch_size: 64, epochs: 4, use_adam: true, seed: 1, eval_every_n_epochs: 0,
+        running_bn: true}
 """
+
+
+@pytest.mark.iree
+def test_running_bn_false_evaluates_with_batch_statistics(tmp_path):
+    """train.running_bn false (the Lean kit's default) scores with each eval batch's own BN
+    statistics: the run's own eval, `lmc eval` of its checkpoint, and `lmc eval --batch-stats` of a
+    running_bn: true spec (the diagnostic) agree, and none of them reads the running statistics
+    (garbage ones change nothing), where the running-statistics eval collapses on them.  The
+    digits' 360 validation examples are not a multiple of the batch of 64: the tail batch is
+    filled with real examples, so all 360 are scored."""
+    spec = tmp_path / "bn.yaml"
+    spec.write_text(BN_SPEC)
+    out = tmp_path / "run"
+    r = run("train", spec, "--out", out, "--set", "train.running_bn=false")
+    assert r.exit_code == 0, r.output
+    ev = _records(out, "eval")[-1]
+    assert ev["n"] == 360 and ev["top1"] > 0.8, ev
+
+    def score(init, *extra):
+        r = run("eval", spec, "--init", init, "--json", *extra)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    ck = out / "last.npz"
+    assert score(ck, "--set", "train.running_bn=false")["top1"] == ev["top1"]
+    assert score(ck, "--batch-stats")["top1"] == ev["top1"]
+    with np.load(ck) as f:
+        t = {k: f[k] for k in f.files}
+    for k in t:
+        if "running_mean" in k:
+            t[k] = t[k] + 100.0
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **t)
+    assert score(bad, "--batch-stats")["top1"] == ev["top1"]
+    assert score(bad)["top1"] < ev["top1"] - 0.3        # running statistics: these garbage ones are read
+    r = run("eval", spec, "--init", ck, "--set", "train.running_bn=false", "--recalibrate", 2)
+    assert r.exit_code == 2 and "running_bn false" in r.stderr
 
 
 @pytest.mark.iree

@@ -32,12 +32,46 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
                         f"{num_classes} classes", loc_of("head_prior_bias"))
 
 
+def check_det_stride(net) -> None:
+    """det_stride (the Lean kit's detStride: the detection grid is the image size / det_stride) is
+    checked against the grid head the layers build: it must divide the input and give the head's
+    gH × gW.  It is refused where there is no single grid to check it against: a net with no
+    yolov1_masked recipe (the kit consults it on the detection path only) and the multi-scale
+    head, whose fpn_scales give each scale its own grid."""
+    s = net.spec
+    if s.det_stride is None:
+        return
+    where = s.loc("det_stride")
+    if s.det_stride < 1:
+        raise SpecError(f"det_stride must be at least 1, got {s.det_stride}", where)
+    kind = effective_loss(s.train, s.dataset) if s.train is not None else None
+    loss = kind.kind if kind is not None else None
+    if loss != "yolov1_masked":
+        raise SpecError("det_stride is the stride of a detection grid head (the yolov1_masked loss, "
+                        f"use_yolov1: true); this spec's {'loss is ' + loss if loss else 'net has no recipe'}, "
+                        "so nothing would read it", where, hint="drop det_stride")
+    if s.train.fpn_scales:
+        raise SpecError("det_stride: the multi-scale head's grids are train.fpn_scales' (one per scale), "
+                        "not one stride", where, hint="drop det_stride")
+    out = net.output.type.dims
+    if len(s.input) != 3 or len(out) != 4:
+        return                 # the loss's own output check names the layout it needs
+    h, w = s.input[1], s.input[2]
+    if h % s.det_stride or w % s.det_stride or (h // s.det_stride, w // s.det_stride) != tuple(out[2:]):
+        raise SpecError(f"det_stride {s.det_stride} on a {h}×{w} input asks for a "
+                        f"{h / s.det_stride:g}×{w / s.det_stride:g} grid, but the net's head is "
+                        f"{out[2]}×{out[3]} (stride {h / out[2]:g})", where,
+                        hint=f"det_stride: {h // out[2]}, or change the layers' strides"
+                        if h % out[2] == 0 and w % out[3] == 0 and h // out[2] == w // out[3] else None)
+
+
 def check_recipe_fits(net) -> None:
     """The recipe against the inferred net (check_against_net): the loss's label layout
     against the output's rank, the class count of weights and priors, train_res and
     test_crop_ratio against the net (a loss of logits [B, NC] on a rank-4 output would render a
     module iree-compile rejects).  The check stage runs it once per net, for every command."""
     s = net.spec
+    check_det_stride(net)
     if s.train is None:
         return
     check_against_net(s.train, net.num_classes, lambda f: s.loc("train", f),

@@ -141,11 +141,8 @@ def _exclusions(r: "_Rules") -> None:
     if cfg.use_auto_augment and cfg.use_rand_augment:
         err("use_auto_augment and use_rand_augment are exclusive (AutoAugment subsumes the colour RandAugment)",
             "use_rand_augment", also=("use_auto_augment",))
-    for other in ("use_mixup", "use_cutmix"):
-        if cfg.use_knn_mixup and getattr(cfg, other):
-            err(f"use_knn_mixup excludes {other} (KNN-mixup replaces the random partner; the seed lets it "
-                f"take precedence, which would leave {other} accepted and unused)", other,
-                also=("use_knn_mixup",), hint=f"drop {other} or use_knn_mixup")
+    # use_knn_mixup beside use_mixup / use_cutmix: KNN-mixup takes precedence (the Lean kit's
+    # field doc; config.mixup_mode, data.mix.Mixer), so switching it off A/Bs the recipe's mixing
     if cfg.use_swag and not cfg.use_swa:
         err("use_swag requires use_swa: true", "use_swag", also=("use_swa",))
     # use_yolov1 asks for the box targets: a loss given explicitly must consume them

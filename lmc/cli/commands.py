@@ -264,6 +264,7 @@ def eval_cmd(spec: SpecArg,
              region: Annotated[str, typer.Option(help="Which weights to score: live (trained), ema, swa, swag (samples around the SWA mean), or auto: what the run's own eval scored at that checkpoint.")] = "auto",
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
              recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
+             batch_stats: Annotated[bool, typer.Option("--batch-stats", help="Normalise batch norm with each validation batch's own statistics instead of the running ones (a diagnostic: how far the running statistics are from the batches'; what a recipe with running_bn: false always does).")] = False,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
              predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
              set: SetOpt = None) -> None:
@@ -274,7 +275,7 @@ def eval_cmd(spec: SpecArg,
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
-                                recalibrate, LowerOptions.from_env())
+                                recalibrate, LowerOptions.from_env(), batch_stats)
         if dump_correct is not None and not hasattr(r, "correct"):
             raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
                            f"(this spec's labels) does not have")

@@ -89,3 +89,59 @@ def random_erasing(x: np.ndarray, p: float, rng: np.random.Generator, attempts: 
         t, l, bh, bw = int(top[i]), int(left[i]), int(h[i]), int(w[i])
         out[i, :, t:t + bh, l:l + bw] = rng.standard_normal((c, bh, bw), dtype=np.float32)
     return out
+
+
+# the box-label base pack's HSV gains (Ultralytics' hyp.scratch defaults, which the Lean kit's FPN
+# path follows): each channel's gain is 1 + U(−1, 1)·g per image
+HSV_GAINS = (0.015, 0.7, 0.4)
+
+
+def hsv_jitter(x: np.ndarray, rng: np.random.Generator, mean=None, std=None,
+               gains=HSV_GAINS) -> np.ndarray:
+    """Per image, hue shifted by U(−1, 1)·gains[0] of the circle, saturation and value scaled by
+    1 + U(−1, 1)·gains[1|2], on the image in [0, 1] (undone from the dataset's mean/std first and
+    normalised back; values clipped to [0, 1] there).  A single-channel image has only value."""
+    n, c = x.shape[:2]
+    r = rng.uniform(-1.0, 1.0, (n, 3)) * np.asarray(gains)
+    m = np.asarray(mean if mean is not None else (0.0,) * c, np.float32).reshape(1, c, 1, 1)
+    s = np.asarray(std if std is not None else (1.0,) * c, np.float32).reshape(1, c, 1, 1)
+    img = np.clip(x * s + m, 0.0, 1.0)
+    if c != 3:
+        out = np.clip(img * (1.0 + r[:, 2]).reshape(n, 1, 1, 1), 0.0, 1.0)
+        return ((out - m) / s).astype(np.float32)
+    red, green, blue = img[:, 0], img[:, 1], img[:, 2]
+    v = img.max(axis=1)
+    d = v - img.min(axis=1)
+    sat = np.where(v > 0, d / np.maximum(v, 1e-12), 0.0)
+    dd = np.maximum(d, 1e-12)
+    h = np.where(v == red, (green - blue) / dd, np.where(v == green, 2.0 + (blue - red) / dd, 4.0 + (red - green) / dd))
+    h = np.where(d > 0, (h / 6.0) % 1.0, 0.0)
+    h = (h + r[:, 0].reshape(n, 1, 1)) % 1.0
+    sat = np.clip(sat * (1.0 + r[:, 1]).reshape(n, 1, 1), 0.0, 1.0)
+    v = np.clip(v * (1.0 + r[:, 2]).reshape(n, 1, 1), 0.0, 1.0)
+    i = np.floor(h * 6.0).astype(np.int64) % 6
+    f = h * 6.0 - np.floor(h * 6.0)
+    p, q, t = v * (1 - sat), v * (1 - f * sat), v * (1 - (1 - f) * sat)
+    rgb = np.stack([np.choose(i, [v, q, p, p, t, v]), np.choose(i, [t, v, v, q, p, p]),
+                    np.choose(i, [p, p, t, v, v, q])], axis=1)
+    return ((rgb - m) / s).astype(np.float32)
+
+
+def boxes_hflip(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Mirror each image left-right with probability 1/2, its boxes with it.  y: box lists
+    [N, M, 5] (class, cx, cy, w, h; class −1 unused: cx → 1 − cx), or single-box YOLO grid targets
+    [N, 11 + K, gH, gW] (box0 x y w h c0, box1 x y w h c1, classes, mask last: the cells mirrored
+    and each object cell's in-cell x offsets → 1 − x)."""
+    flip = rng.random(x.shape[0]) < 0.5
+    xo, yo = x.copy(), y.copy()
+    xo[flip] = x[flip][:, :, :, ::-1]
+    if y.ndim == 3:
+        used = flip[:, None] & (y[:, :, 0] >= 0)
+        yo[:, :, 1] = np.where(used, 1.0 - y[:, :, 1], y[:, :, 1])
+        return xo, yo
+    g = y[flip][:, :, :, ::-1].copy()
+    obj = g[:, -1] > 0.5
+    for ch in (0, 5):
+        g[:, ch] = np.where(obj, 1.0 - g[:, ch], g[:, ch])
+    yo[flip] = g
+    return xo, yo

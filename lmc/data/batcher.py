@@ -116,6 +116,13 @@ class Batcher:
             # per-pixel labels move with their image: paired flips only (the seed's seg path)
             x, y = aug.paired_hflip(x, y, _rng(self.seed, _AUGMENT, epoch, step))
             x = np.ascontiguousarray(x, dtype=np.float32)
+        elif self.ds.label_format == "boxes" and self.augment:
+            # box labels: the Lean kit's base pack, HSV jitter + horizontal flip with the boxes
+            # (the box-aware affine, fpn_affine_*, goes on top below)
+            r = _rng(self.seed, _AUGMENT, epoch, step)
+            x = aug.hsv_jitter(x, r, self.ds.mean, self.ds.std)
+            x, y = aug.boxes_hflip(x, y, r)
+            x = np.ascontiguousarray(x, dtype=np.float32)
         else:
             x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
         if self.boxes is not None:                     # box-aware affine: image and boxes together
@@ -248,20 +255,27 @@ def _produce(make, steps: range, q: queue.Queue, stop: threading.Event) -> None:
         put(_Failure(e))
 
 
-def eval_batches(x: np.ndarray, y: np.ndarray, batch_size: int
+def eval_batches(x: np.ndarray, y: np.ndarray, batch_size: int, batch_stats: bool = False
                  ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """All of (x, y) in order, as (xb, yb, n_valid) with exactly batch_size rows each.
 
-    The last partial batch is zero-padded and n_valid says how many of its rows are real; only
-    those may be scored.  (The reference drops the tail instead; padding scores every example
-    and is safe because eval-mode normalization is per-example.)
+    The last partial batch is padded and n_valid says how many of its (leading) rows are real;
+    only those may be scored.  (The reference drops the tail instead.)  The padding is zeros,
+    safe where eval normalisation is per-example (running-statistics BN, LayerNorm).
+    batch_stats (BN with the batch's own statistics at eval, train.running_bn false): zero rows
+    would shift the real rows' normalisation, so the tail is completed with the real examples
+    before it instead (cycled when the split is smaller than a batch): every example is scored,
+    each normalised with a batch of real examples.
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     for start in range(0, len(x), batch_size):
         xb, yb = x[start:start + batch_size], y[start:start + batch_size]
         n = len(xb)
-        if n < batch_size:
+        if n < batch_size and batch_stats:
+            fill = np.resize(np.arange(start), batch_size - n) if start else np.resize(np.arange(n), batch_size - n)
+            xb, yb = np.concatenate([xb, x[fill]]), np.concatenate([yb, y[fill]])
+        elif n < batch_size:
             xb = np.concatenate([xb, np.zeros((batch_size - n, *x.shape[1:]), dtype=x.dtype)])
             yb = np.concatenate([yb, np.zeros((batch_size - n, *y.shape[1:]), dtype=y.dtype)])
         yield xb, yb, n

@@ -73,8 +73,9 @@ class Mixer:
 
     @classmethod
     def from_config(cls, cfg) -> "Mixer | None":
-        m = cls(cfg.mixup_alpha if cfg.use_mixup else None, cfg.cutmix_alpha if cfg.use_cutmix else None,
-                cfg.knn_mixup_alpha if cfg.use_knn_mixup else None)
+        if cfg.use_knn_mixup:       # KNN-mixup takes precedence over mixup / CutMix (the Lean kit)
+            return cls(None, None, cfg.knn_mixup_alpha)
+        m = cls(cfg.mixup_alpha if cfg.use_mixup else None, cfg.cutmix_alpha if cfg.use_cutmix else None)
         return m if (m.mixup_alpha, m.cutmix_alpha, m.knn_alpha) != (None, None, None) else None
 
     def mode(self, rng: np.random.Generator) -> str:

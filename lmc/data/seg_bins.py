@@ -9,8 +9,8 @@ brats224  2 non-enhancing, 3 enhancing); each byte b is dequantised to z = (b �
           (per-volume z-scores clipped at ±5σ), no ImageNet normalization.
 pets_det  record: image 3·S·S u8 + a 7,200-byte label: YOLO target 30·7·7 f32 (the
           yolov1 grid layout: box0 x y w h c, box1, 20 classes), mask 7·7 f32, numBoxes u32
-          and 56 raw boxes × 20 B (kept for box-aware augmentation, which is not implemented:
-          augmenting box labels is refused); y = target ‖ mask [N, 31, 7, 7].
+          and 56 raw boxes × 20 B (not read: `augment` flips the grid targets with the image);
+          y = target ‖ mask [N, 31, 7, 7].
 
 S is read from the file (its size and count), so smaller files of the same layout load too.
 A file whose size does not fit its count and layout is an error naming the file."""

@@ -12,7 +12,8 @@ from lmc.run.checkpoint import load_init, load_region, read_tensors
 from lmc.compile import compile_module, resolve_backend
 from lmc.data.batcher import TTA
 from lmc.evaluate.recalibrate import recalibrate_bn
-from lmc.lower.lowering import abi, lower
+from lmc.graph.init import init_tensors
+from lmc.lower.lowering import abi, eval_batch_stats, lower
 from lmc.lower.options import LowerOptions
 from lmc.run.runtime import Module
 
@@ -22,15 +23,18 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
                         region: str = "auto", recalibrate: int = 0,
-                        options: LowerOptions = LowerOptions()) -> EvalResult:
+                        options: LowerOptions = LowerOptions(), batch_stats: bool = False) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
     run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
     recalibrate N > 0: the BN statistics re-estimated from N training batches first
     (lmc/evaluate/recalibrate.py).  options: the lowering's spellings — those `lmc train` used,
-    for the cache hit below."""
-    _check_args(net, region, recalibrate)
-    w = _weights(net, Path(init), region, recalibrate)
+    for the cache hit below.  batch_stats: BN normalised with each eval batch's own statistics
+    whatever train.running_bn says (the Lean kit's LEAN_MLIR_EVAL_BATCHSTATS diagnostic: how far
+    the running statistics are from the batches'); with running_bn false that is the recipe's eval."""
+    _check_args(net, region, recalibrate, batch_stats)
+    stats = batch_stats or eval_batch_stats(net)
+    w = _weights(net, Path(init), region, recalibrate, stats)
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
     if w.meta is not None and w.meta.get("vocab") != ds.vocab:
@@ -38,7 +42,10 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
                          f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
     b = resolve_backend(backend)
     a, text = _train_module(net, b, options)
-    c = compile_module(text or lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
+    if stats != eval_batch_stats(net):      # --batch-stats on a running_bn: true recipe: another @forward
+        text = None
+    c = compile_module(text or lower(net, "forward", backend=b, options=options, batch_stats=stats), None, b, chip,
+                       options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({w.got.what}; {w.region} weights)")
     mod = Module(c.path, b)
@@ -47,22 +54,32 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
             raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
         S = recalibrate_bn(mod, net, w.got.params, recalibrate, ds, log)
     else:
-        S = [mod.upload(x) for x in (w.got.state or [])]
+        state = w.got.state if w.got.state is not None else init_tensors(net, 0)[1] if stats else []
+        S = [mod.upload(x) for x in state]     # under batch statistics, arguments @forward does not read
     args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
     if w.region == "swag":
         cfg = net.spec.train
-        return evaluate_swag(mod, w.mean, w.sq, w.devs, S, cfg.swag_samples, cfg.seed, *args)
+        return evaluate_swag(mod, w.mean, w.sq, w.devs, S, cfg.swag_samples, cfg.seed, *args, batch_stats=stats)
     eloss = a.loss if a is not None else None     # the recipe's loss decides how float targets are scored
     tta = TTA(ds, net.spec.train) if net.spec.train is not None and net.spec.train.use_tta else None
     r = evaluate(mod, [mod.upload(x) for x in w.params], S, *args, label_format=eval_format(ds.label_format, eloss),
-                 loss=eloss, tta=tta)
+                 loss=eloss, tta=tta, batch_stats=stats)
     r.region = w.region
     return r
 
 
-def _check_args(net, region: str, recalibrate: int) -> None:
+def _check_args(net, region: str, recalibrate: int, batch_stats: bool = False) -> None:
     if region not in EVAL_REGIONS:
         raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
+    if batch_stats and not net.state:
+        raise EvalError("--batch-stats: the net has no batch norm, so there are no batch statistics to evaluate with")
+    if recalibrate and batch_stats:
+        raise EvalError("--batch-stats evaluates with each batch's own statistics: --recalibrate's running "
+                        "statistics would not be read")
+    if recalibrate and eval_batch_stats(net):
+        raise EvalError("--recalibrate: this recipe evaluates with each batch's own BN statistics "
+                        "(train.running_bn false), so re-estimated running statistics would not be read",
+                        hint="set train.running_bn: true (--set running_bn=true) to score with running statistics")
     if recalibrate:
         if recalibrate < 0:
             raise EvalError(f"--recalibrate must be at least 1 batch, got {recalibrate}")
@@ -83,10 +100,10 @@ class _Weights:
     devs: list | None = None
 
 
-def _weights(net, init: Path, region: str, recalibrate: int) -> _Weights:
+def _weights(net, init: Path, region: str, recalibrate: int, batch_stats: bool = False) -> _Weights:
     """The checkpoint's weights of `region` (auto: the region the run's own eval scored)."""
     got = load_init(init, net)
-    if net.state and got.state is None and not recalibrate:
+    if net.state and got.state is None and not recalibrate and not batch_stats:
         raise EvalError(f"{init} has no BN running statistics, which eval needs for this net",
                          hint="score an lmc checkpoint (RUN_DIR/last.npz), or a file that includes them, "
                               "or re-estimate them with --recalibrate N (N training batches)")

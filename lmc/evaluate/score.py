@@ -1,4 +1,5 @@
-"""Scoring on the validation split (training.md §7): `@forward` with the running BN statistics,
+"""Scoring on the validation split (training.md §7): `@forward` (BN with the running statistics, or
+the batch's own under train.running_bn false),
 in static-size batches whose padded tail rows are never scored; top-1 (and top-5 when the head
 has more than 5 classes) with a 95% Wilson interval."""
 from __future__ import annotations
@@ -96,7 +97,7 @@ def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
         res.top5 += count_correct(logits, y, 5)
 
 
-def _logits(module, params, state, x, y, batch: int, tta=None, world=None):
+def _logits(module, params, state, x, y, batch: int, tta=None, world=None, batch_stats=False):
     """(xb, yb, n, logits of the n real rows) for every eval batch, in order.  Data-parallel
     `world`: rank r computes batches r, r + N, … and the logits are gathered, so every rank
     scores all of them, identically."""
@@ -108,36 +109,39 @@ def _logits(module, params, state, x, y, batch: int, tta=None, world=None):
                    for k in range(tta.samples)) / tta.samples
 
     if world is None or world.size == 1:
-        for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
+        for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch, batch_stats)):
             yield xb, yb, n, one(i, xb, n)
         return
     # copies: a result may alias a device buffer the next call reuses
-    mine = {i: one(i, xb, n).copy() for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch))
+    mine = {i: one(i, xb, n).copy() for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch, batch_stats))
             if i % world.size == world.rank}
     got = {}
     for part in world.allgather(mine):
         got.update(part)
-    for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch)):
+    for i, (xb, yb, n) in enumerate(eval_batches(x, y, batch, batch_stats)):
         yield xb, yb, n, got[i]
 
 
 def evaluate(module, params, state, x: np.ndarray, y: np.ndarray, batch: int, num_classes: int,
-             label_format: str = "class ids", regions: dict | None = None, loss=None, tta=None, world=None):
+             label_format: str = "class ids", regions: dict | None = None, loss=None, tta=None, world=None,
+             batch_stats: bool = False):
     """Score (x, y) with module.forward(*params, *state, xb); params/state may be device arrays.
     Labels other than class ids are scored by lmc/evaluate/metrics.py: per-pixel masks (pixel accuracy,
     IoU, region Dice over `regions`), float targets (MSE, PSNR), box targets (mAP, decoded by
     the recipe's `loss`).  tta: a data.TTA — each batch's logits are the mean over its
     `samples` augmented views (class ids only).  world: data-parallel ranks share the batches
-    (_logits); the result is the same on every rank and equal to one process's."""
+    (_logits); the result is the same on every rank and equal to one process's.  batch_stats:
+    the module's @forward normalises BN with batch statistics (lower.eval_batch_stats), so the
+    tail batch is filled with real rows (data.eval_batches)."""
     other = scorer(label_format, num_classes, regions, loss)
     if other is not None and tta is not None:
         raise EvalError("use_tta averages classifier logits; this spec's labels are scored by other metrics")
     if other is not None:
-        for xb, yb, n, logits in _logits(module, params, state, x, y, batch, world=world):
+        for xb, yb, n, logits in _logits(module, params, state, x, y, batch, world=world, batch_stats=batch_stats):
             other.add(logits, yb[:n], xb[:n])
         return other
     res = EvalResult(0, 0, 0 if num_classes > 5 else None)
-    for xb, yb, n, logits in _logits(module, params, state, x, y, batch, tta, world):
+    for xb, yb, n, logits in _logits(module, params, state, x, y, batch, tta, world, batch_stats):
         _score(res, logits, yb[:n])
     return res
 
@@ -161,7 +165,7 @@ def swag_sample(mean, sq, devs, rng) -> list[np.ndarray]:
 
 
 def evaluate_swag(module, mean, sq, devs, state, samples: int, seed: int, x, y, batch: int,
-                  num_classes: int) -> EvalResult:
+                  num_classes: int, batch_stats: bool = False) -> EvalResult:
     """SWAG's Bayesian model average: `samples` weight vectors drawn by swag_sample (seeded),
     each scored on every batch; the logits are averaged over the samples, then scored."""
     rng = np.random.default_rng([seed, 0x5A6])
@@ -170,7 +174,7 @@ def evaluate_swag(module, mean, sq, devs, state, samples: int, seed: int, x, y, 
         P = [module.upload(a) for a in swag_sample(mean, sq, devs, rng)]
         # np.array copies: np.asarray of a result may alias a device buffer the next call reuses
         logits = np.concatenate([np.asarray(module.forward(*P, *state, np.ascontiguousarray(xb, np.float32)))[:n].copy()
-                                 for xb, _, n in eval_batches(x, y, batch)])
+                                 for xb, _, n in eval_batches(x, y, batch, batch_stats)])
         total = logits.astype(np.float64) if total is None else total + logits
     res = EvalResult(0, 0, 0 if num_classes > 5 else None, region="swag")
     _score(res, total / samples, np.asarray(y))

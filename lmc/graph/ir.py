@@ -20,13 +20,19 @@ MAX_NODES = 20_000
 
 @dataclass(frozen=True)
 class Param:
-    """A trainable tensor.  `init`: he (normal, std √(2/fan)), glorot, zeros, ones, normal."""
+    """A trainable tensor.  `init`: he (normal, std √(2/fan)), glorot, zeros, ones, normal.
+    `role`: what the layer declares the tensor is, where training treats it apart — "weight"
+    (the default), or "position" (a learned positional embedding or relative-position table:
+    with train.wd_exclude_norm_bias it takes no weight decay, as the Lean kit and timm's
+    no_weight_decay; biases, norm scales and class tokens are the rank-1 tensors, excluded by
+    rank)."""
     name: str
     type: TensorType
     init: str
     fan_in: int = 0
     fan_out: int = 0
     std: float = 0.0
+    role: str = "weight"
 
     @property
     def shape(self) -> tuple[int, ...]:

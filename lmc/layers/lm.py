@@ -58,7 +58,7 @@ class TokenPositionEmbed(Layer):
             e = g.op("linear", g.op("reshape", x, dims=(b, t, v)), params=[table])
         if not self.pos_emb:
             return e
-        pos = g.param("pos", (t, d), "normal", std=0.02)
+        pos = g.param("pos", (t, d), "normal", std=0.02, role="position")
         # the seed's FLOPs do not count the position add
         return g.op("add", e, g.op("broadcast", params=[pos], dims=(b, t, d)), flops=0)
 

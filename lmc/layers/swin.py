@@ -55,7 +55,8 @@ class SwinStage(Layer):
             qkv = linear(g, y, f"{i}.attn.qkv.", d, 3 * d)
             wp = g.param(f"{i}.attn.proj.weight", (d, d), "he", fan_in=d, fan_out=d)
             bp = g.param(f"{i}.attn.proj.bias", (d,), "zeros")
-            table = g.param(f"{i}.attn.rel_pos_bias", ((2 * ws - 1) ** 2, self.heads), "normal", std=0.02)
+            table = g.param(f"{i}.attn.rel_pos_bias", ((2 * ws - 1) ** 2, self.heads), "normal", std=0.02,
+                            role="position")
             q, k, v = (g.op("slice", qkv, start=(0, 0, j * d), limit=(b * gh * gw, t, (j + 1) * d)) for j in range(3))
             bias = g.op("window_bias", params=[table], ws=ws, grid=(gh, gw), shift=shift)
             y = g.op("linear", attention(g, q, k, v, self.heads, bias=bias, flash=self.flash_attn), params=[wp, bp])

@@ -68,7 +68,7 @@ class PatchEmbed(Layer):
         y = conv(g, x, "", self.ic, d, ps, ps, "valid", bias=True, bias_flops=0, mixed=True)
         y = g.op("reshape", g.op("transpose", y, perm=(0, 2, 3, 1)), dims=(b, n, d))
         cls = g.op("broadcast", params=[g.param("cls", (d,), "zeros")], dims=(b, 1, d))
-        pos = g.param("pos", (n + 1, d), "normal", std=math.sqrt(2.0 / (n + 1)))
+        pos = g.param("pos", (n + 1, d), "normal", std=math.sqrt(2.0 / (n + 1)), role="position")
         y = g.op("concat", cls, y, axis=1)
         return g.op("add", y, g.op("broadcast", params=[pos], dims=(b, n + 1, d)))
 

@@ -210,9 +210,10 @@ class Loss:
         the batcher would augment without moving labels that live in image space."""
         cfg = self.cfg
         if ds.label_format != CLASS and cfg is not None:
-            # masks follow their image through paired flips (the batcher's `augment` for masks)
+            # masks follow their image through paired flips (the batcher's `augment` for masks),
             spatial = ("random_erasing", "use_rand_augment", "use_auto_augment")
-            on = [f for f in (spatial if ds.label_format == MASK else ("augment",) + spatial) if getattr(cfg, f)]
+            # and boxes through HSV jitter + paired flips (the box-label base pack)
+            on = [f for f in (spatial if ds.label_format in (MASK, BOXES) else ("augment",) + spatial) if getattr(cfg, f)]
             if on:
                 raise NotImplementedKind(f"not implemented yet: train.{on[0]} with {ds.label_format} labels "
                                          f"(the image would move and its labels would not)",

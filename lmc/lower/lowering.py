@@ -13,6 +13,8 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
+  (BN: running statistics S under train.running_bn: true; with running_bn: false, the Lean
+  kit's default, the batch's own statistics and S unused: eval_batch_stats)
   (train.train_res R: the training functions take x at [B, C, R, R], @forward and @input_grad
   at the spec's input: one module holding the net lowered at both shapes, infer.train_net)
   @input_grad(P..., S..., x, labels, hp) -> (loss, dx)   (lower(net, "input_grad"), with @forward)
@@ -142,11 +144,17 @@ def abi(net: TypedNet, world: int = 1) -> Abi:
     k = max(cfg.grad_accum_steps, 1)
     if k > 1 or world > 1:
         hp.append("grad_scale")
-    # wd_exclude_norm_bias: biases and norm scales (rank < 2) take no decay, for every optimizer
-    no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and p.type.rank < 2)
+    no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and exempt_from_decay(p))
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
                t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
                list(t.graph.masks), world)
+
+
+def exempt_from_decay(p) -> bool:
+    """wd_exclude_norm_bias's rule, for every optimizer (the Lean kit's field doc: 1-D params —
+    biases, norm scales, the class token — and the positional embedding): rank < 2, or a tensor
+    its layer declares a positional embedding (graph.ir.Param.role "position")."""
+    return p.type.rank < 2 or p.role == "position"
 
 
 def ema_decay(cfg, step: int) -> float:
@@ -232,8 +240,18 @@ def option_refusal(net: TypedNet, options: LowerOptions) -> SpecError | None:
     return None
 
 
+def eval_batch_stats(net: TypedNet) -> bool:
+    """Whether the recipe's @forward normalises with the batch's own statistics: train.running_bn
+    false (the Lean kit's default) on a net with BN running state.  running_bn: true evaluates
+    with the running statistics (the kit's ImageNet recipes and its IREE path's `_fwd_eval`); a
+    spec with no recipe, or a net with no BN, has only the one form."""
+    cfg = net.spec.train
+    return bool(net.state) and cfg is not None and not cfg.running_bn
+
+
 def lower(net: TypedNet, functions: str = "all", backend: str | None = None, world: int = 1,
-          the_abi: Abi | None = None, options: LowerOptions = LowerOptions()) -> str:
+          the_abi: Abi | None = None, options: LowerOptions = LowerOptions(),
+          batch_stats: bool | None = None) -> str:
     """Render the module.  functions: train_step (the training functions: @train_step, or
     @grad_step + @apply_step under accumulation, and @average under use_swa) | forward | all.
     backend: llvm-cpu (default), cuda or rocm — every backend gets the same module today;
@@ -242,9 +260,13 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     command line's.  world > 1 (data-parallel ranks): @grad_step + @apply_step even without
     accumulation, the update scaled by 1/(k·world) — the host sums the ranks' accumulators in
     between.  the_abi: the ABI the caller already built for (net, world), else it is
-    built here.  A net the check stage refuses for these functions is refused here too (the
+    built here.  batch_stats: @forward normalises BN with the batch's own statistics (its
+    running-state arguments unused) — None: as the recipe says (eval_batch_stats), True: `lmc
+    eval --batch-stats`'s diagnostic.  A net the check stage refuses for these functions is refused here too (the
     check's report is cached on the net: a command that checked it first does not check again)."""
     check(net, world).raise_for(functions)
+    if batch_stats is None:
+        batch_stats = eval_batch_stats(net)
     refused = option_refusal(net, options)
     if refused is not None and functions in ("all", "train_step", "input_grad"):
         raise refused
@@ -268,7 +290,7 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
             raise SpecError("rendering @input_grad needs a `train:` recipe in the spec (its loss)", net.spec.layers[0].loc)
         bodies.append(_input_grad(net, em, the_abi if the_abi is not None else abi(net)))
     if functions in ("all", "forward", "input_grad"):
-        bodies.append(_forward(net, em))
+        bodies.append(_forward(net, em, batch_stats))
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
     if _packed_matmuls(net, options.packed):
         out.append(PACKED)          # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
@@ -336,7 +358,7 @@ def _rendered(em: _Emitter, node: Node):
     return r
 
 
-def _forward(net: TypedNet, em: _Emitter) -> str:
+def _forward(net: TypedNet, em: _Emitter, batch_stats: bool = False) -> str:
     em.lines = []
     g, out = _placed(net, em)
     pname = {p.name: f"%p{i}" for i, p in enumerate(g.params)}
@@ -348,7 +370,7 @@ def _forward(net: TypedNet, em: _Emitter) -> str:
         r = _rendered(em, node)
         ins = [(val[v.id], v.type.mlir) for v in node.inputs] + [(pname[p.name], p.type.mlir) for p in node.params]
         loc = _loc(net, node.layer)
-        if r.eval:
+        if r.eval and not batch_stats:
             res = em.call(r.eval, ins + [(sname[s.name], s.type.mlir) for s in node.state], [node.out.type.mlir], loc)
         else:
             outs = [node.out.type.mlir] + [t.mlir for t in r.saved] + [t.mlir for t in r.stats]

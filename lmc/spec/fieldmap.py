@@ -31,7 +31,7 @@ WHERE: dict[str, str] = {
     "warmup_epochs": "schedule.learning_rate",
     "exp_lr_decay_rate": "schedule.learning_rate",
     "exp_lr_decay_epochs": "schedule.learning_rate (under exp_lr_decay_rate)",
-    "wd_exclude_norm_bias": "Abi.decay: rank < 2 tensors take no decay",
+    "wd_exclude_norm_bias": "Abi.decay: rank < 2 tensors and positional embeddings (Param.role) take no decay",
     "grad_accum_steps": "@grad_step/@apply_step: k micro-batches per update",
     "grad_clip_norm": "templates/optim/grad_clip: global-norm clipping in the graph",
     "head_lr_mult": "hp vector: the final dense head's lr multiplier",
@@ -59,7 +59,7 @@ WHERE: dict[str, str] = {
     "yolo_cls_weights": "YOLO loss, anchor path: class weights; refused elsewhere",
     "yolo_cls_focal_gamma": "YOLO loss, anchor/FPN paths: class focal (1 − p_t)^γ; refused elsewhere",
     # the data (data/batcher.py, mix.py, policy.py)
-    "augment": "batcher: pad-crop (or random crop) + horizontal flip",
+    "augment": "batcher: pad-crop (or random crop) + horizontal flip; masks: paired flip; boxes: HSV jitter + flip with the boxes",
     "random_erasing": "batcher: random erasing",
     "random_erasing_prob": "batcher (under random_erasing)",
     "use_mixup": "batcher: mixup of images and soft targets (data/mix.py)",
@@ -107,8 +107,9 @@ WHERE: dict[str, str] = {
                         "refused on other datasets and beside eval_every_n_epochs",
     "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
     "tta_samples": "eval: the number of TTA views (under use_tta)",
-    "running_bn": "fixed: lmc always keeps BN running statistics and evaluates with them (the seed's IREE path, "
-                  "running_bn: true of its JAX path): true is accepted as what lmc does",
+    "running_bn": "eval: @forward's BN normalises with the running statistics (true) or with each eval "
+                  "batch's own statistics (false, the Lean kit's default; lower.eval_batch_stats); the "
+                  "train step keeps the running statistics either way",
 }
 
 # the fields registry entries declare say themselves where they act (core.fields.RecipeField)

@@ -41,7 +41,7 @@ class NetSpec:
     dataset: DatasetKind | None = None
     dataset_path: str | None = None
     dataset_vocab: str = "byte"       # text datasets: byte (256 ids) or char (the corpus's characters)
-    det_stride: int = 32
+    det_stride: int | None = None     # detection: input / det_stride = the head's grid (None: the head's own)
     build_tag: str = ""
     conv_bn_act: Activation = Activation.relu
     conv_pad_style: PadStyle = PadStyle.xla_same
@@ -195,7 +195,7 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
     inp = attempt(_parse_input, data, loc)
     # net-level options
     opts = {}
-    for key, t, default in (("det_stride", int, 32), ("build_tag", "tag", ""),
+    for key, t, default in (("det_stride", int, None), ("build_tag", "tag", ""),
                             ("conv_bn_act", Activation, Activation.relu),
                             ("conv_pad_style", PadStyle, PadStyle.xla_same)):
         if key in data:

@@ -28,6 +28,7 @@ from lmc.core.errors import TrainError
 from lmc.evaluate.metrics import eval_format, save_predictions
 from lmc.evaluate.score import EvalResult, evaluate, evaluate_swag
 from lmc.lower.spectral import FINAL_CALLS
+from lmc.lower.lowering import eval_batch_stats
 from lmc.train.metrics_log import now
 from lmc.train.options import Interrupted
 from lmc.train.state import NonFinite, scalar, to_host
@@ -138,11 +139,11 @@ def run_eval(run, final: bool = False) -> EvalResult:
     args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
     if region == "swag":
         r = evaluate_swag(st.module, to_host(st.A), to_host(st.Q), st.devs, st.S,
-                          plan.cfg.swag_samples, plan.cfg.seed, *args)
+                          plan.cfg.swag_samples, plan.cfg.seed, *args, batch_stats=eval_batch_stats(net))
     else:
         weights = {"live": st.P, "ema": st.E, "swa": st.A}[region]
         r = evaluate(st.module, weights, st.S, *args, label_format=eval_format(ds.label_format, plan.abi.loss),
-                     loss=plan.abi.loss, tta=plan.tta, world=plan.world)
+                     loss=plan.abi.loss, tta=plan.tta, world=plan.world, batch_stats=eval_batch_stats(net))
     r.region = region
     ep = pos.epoch + (1 if pos.batch else 0)
     run.metrics.write(kind="eval", step=pos.step, epoch=ep, region=region, **r.as_dict())
@@ -385,8 +386,8 @@ class EvalCadence(Callback):
 
     def on_epoch_end(self, run, end: EpochEnd):
         cfg, n = run.plan.cfg, end.epoch + 1
-        # val_every_epochs (imagenet only: the check stage's recipe rules) is that dataset's cadence
-        every = cfg.val_every_epochs if cfg.val_every_epochs > 1 else cfg.eval_every_n_epochs
+        # the dataset kind's cadence: eval_every_n_epochs, or imagenet's val_every_epochs
+        every = run.plan.eval_every
         if (every and n % every == 0) or n == cfg.epochs:
             end.line += f"; val {run_eval(run).describe()}"
 

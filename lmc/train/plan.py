@@ -25,6 +25,7 @@ from lmc.core.errors import TrainError
 from lmc.data import Batcher
 from lmc.data.batcher import TTA
 from lmc.data.fit import load_data
+from lmc.data.kinds import dataset_class
 from lmc.data.mix import Mixer
 from lmc.data.policy import Policy
 from lmc.graph.init import apply_det_prior, apply_head_prior, init_tensors
@@ -131,6 +132,13 @@ class TrainPlan(TrainJob):
 
     def lr_at(self, step: int) -> float:
         return lr_at(self.cfg, self.abi.accum, self.bpe, step)
+
+    @property
+    def eval_every(self) -> int:
+        """The in-run eval cadence in epochs (0: final only), as the dataset kind says (Kind.eval_every)."""
+        ds = self.net.spec.dataset
+        return dataset_class(getattr(ds, "value", ds)).eval_every(self.cfg) if ds is not None else \
+            self.cfg.eval_every_n_epochs
 
     def step_strategy(self, stop: Stop) -> StepStrategy:
         return choose(self.net, self.cfg, self.abi, self.world, stop)

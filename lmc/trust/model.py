@@ -100,7 +100,10 @@ def load_model(net, init: Path, data, backend, chip, log, functions: str = "forw
     if len(x) == 0:
         raise TrustError(f"{ds.name} has no validation examples to judge the net on")
     b = resolve_backend(backend)
-    c = compile_module(lower(net, functions, backend=b, options=options), None, b, chip, options=options)
+    # the trust tools judge the per-example eval function: BN with the running statistics, whatever
+    # train.running_bn says (batch statistics would make a row's output depend on its batch-mates)
+    c = compile_module(lower(net, functions, backend=b, options=options, batch_stats=False), None, b, chip,
+                       options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); {len(x):,} validation "
         f"examples of {ds.name}; {init} ({what}; {region} weights)")
     mod = Module(c.path, b)

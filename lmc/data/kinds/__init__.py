@@ -84,6 +84,12 @@ class Kind:
         only image folders stream, which load_dataset applies)."""
 
     @classmethod
+    def eval_every(cls, cfg) -> int:
+        """The in-run eval cadence in epochs (0: the final eval only), for the loop's EvalCadence:
+        lmc's eval_every_n_epochs (imagenet overrides it with its own cadence)."""
+        return cfg.eval_every_n_epochs
+
+    @classmethod
     def rules(cls, cfg) -> list[Rule]:
         """The recipe combinations this dataset refuses (lmc.losses' Rule: message, field, the
         rule's other fields, hint), asked by the check stage.  By default: val_every_epochs > 1,

@@ -19,6 +19,16 @@ class Imagenet(Imagenette):
              "DIR/val/<wnid>/*.JPEG, the validation images sorted into their class folders")
 
     @classmethod
+    def eval_every(cls, cfg) -> int:
+        """The Lean kit's ImageNet-streaming main: validate every val_every_epochs epochs, where
+        N ≤ 1 (its default 1) is every epoch; an eval_every_n_epochs the recipe sets explicitly
+        (the rules refuse it beside val_every_epochs > 1) is lmc's cadence and is kept."""
+        default = next(f.default for f in dataclasses.fields(cfg) if f.name == "eval_every_n_epochs")
+        if cfg.val_every_epochs <= 1 and cfg.eval_every_n_epochs != default:
+            return cfg.eval_every_n_epochs
+        return max(cfg.val_every_epochs, 1)
+
+    @classmethod
     def rules(cls, cfg):
         # val_every_epochs is this dataset's cadence (every N epochs and the last); with lmc's
         # eval_every_n_epochs also set, one evaluation would have two cadences
