@@ -153,101 +153,132 @@ def _did_you_mean(name: str, options) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+class _Collector:
+    """The errors parse_spec's steps find, and where a key (snake_case or as written) was written."""
+
+    def __init__(self, locs: dict, file: str):
+        self.locs, self.top = locs, Loc(file, 1, 1)
+        self.errors: list[SpecError] = []
+        self.orig: dict[str, str] = {}      # snake_case name → the key as written
+
+    def raw_loc(self, *path):               # where `path` (keys as written) is, or its nearest parent
+        while path and path not in self.locs:
+            path = path[:-1]
+        return self.locs.get(path, self.top)
+
+    def loc(self, *path):                   # the same, the first key given by its snake_case name
+        return self.raw_loc(*((self.orig.get(path[0], path[0]),) + path[1:])) if path else self.top
+
+    def attempt(self, fn, *a, **kw):
+        try:
+            return fn(*a, **kw)
+        except MultiError as e:
+            self.errors.extend(e.errors)
+        except SpecError as e:
+            self.errors.append(e)
+        return None
+
+
 def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
     top = Loc(file, 1, 1)
     if not isinstance(data, dict):
         what = ("an empty document" if data is None else "a list" if isinstance(data, list)
                 else f"the value {show(data)}")
         raise SpecError(f"a spec must be a mapping with `name`, `input` and `layers`, got {what}", top)
-    errors: list[SpecError] = []
+    c = _Collector(locs, file)
+    data = _top_level_keys(data, c)
+    name = c.attempt(lambda: _at(lambda: _file_name(data["name"], "name"), c.loc("name")) if "name" in data
+                     else _raise(SpecError("`name` is required", top)))
+    inp = c.attempt(_parse_input, data, c.loc)
+    opts = _net_options(data, c)
+    layers = _layers(data, c)
+    dataset, dpath, dvocab = _dataset(data, c)
+    train = _train(data, c, file)
+    if c.errors:
+        raise c.errors[0] if len(c.errors) == 1 else MultiError(c.errors)
+    return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
+                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, text=text, locs=locs, **opts)
 
-    orig: dict[str, str] = {}           # snake_case name → the key as written
 
-    def raw_loc(*path):                 # where `path` (keys as written) is, or its nearest parent
-        while path and path not in locs:
-            path = path[:-1]
-        return locs.get(path, top)
-
-    def loc(*path):                     # the same, the first key given by its snake_case name
-        return raw_loc(*((orig.get(path[0], path[0]),) + path[1:])) if path else top
-
-    def attempt(fn, *a, **kw):
-        try:
-            return fn(*a, **kw)
-        except MultiError as e:
-            errors.extend(e.errors)
-        except SpecError as e:
-            errors.append(e)
-        return None
-
+def _top_level_keys(data: dict, c: _Collector) -> dict:
+    """Unknown or repeated (in two spellings) top-level keys are errors; the rest, by snake_case name."""
     for key in data:
         name = snake(key)
         if name not in TOP_KEYS:
-            errors.append(SpecError(f"unknown top-level field '{key}'{_did_you_mean(name, TOP_KEYS)}", raw_loc(key)))
-        elif name in orig:
-            errors.append(SpecError(f"'{key}' repeats '{orig[name]}' (the same field in another spelling)", raw_loc(key)))
+            c.errors.append(SpecError(f"unknown top-level field '{key}'{_did_you_mean(name, TOP_KEYS)}",
+                                      c.raw_loc(key)))
+        elif name in c.orig:
+            c.errors.append(SpecError(f"'{key}' repeats '{c.orig[name]}' (the same field in another spelling)",
+                                      c.raw_loc(key)))
         else:
-            orig[name] = key
-    data = {name: data[key] for name, key in orig.items()}
-    name = attempt(lambda: _at(lambda: _file_name(data["name"], "name"), loc("name")) if "name" in data
-                   else _raise(SpecError("`name` is required", top)))
-    # input shape
-    inp = attempt(_parse_input, data, loc)
-    # net-level options
+            c.orig[name] = key
+    return {name: data[key] for name, key in c.orig.items()}
+
+
+def _net_options(data: dict, c: _Collector) -> dict:
     opts = {}
     for key, t, default in (("det_stride", int, None), ("build_tag", "tag", ""),
                             ("conv_bn_act", Activation, Activation.relu),
                             ("conv_pad_style", PadStyle, PadStyle.xla_same)):
         if key in data:
-            v = attempt(lambda: _at(lambda: _file_name(data[key], key, empty_ok=True) if t == "tag"
-                                    else coerce(data[key], t, key), loc(key)))
+            v = c.attempt(lambda: _at(lambda: _file_name(data[key], key, empty_ok=True) if t == "tag"
+                                      else coerce(data[key], t, key), c.loc(key)))
             opts[key] = v if v is not None else default
-    # layers
+    return opts
+
+
+def _layers(data: dict, c: _Collector) -> list:
     layers = []
     if "layers" not in data:
-        errors.append(SpecError("`layers` is required (a list of layers)", top))
+        c.errors.append(SpecError("`layers` is required (a list of layers)", c.top))
     elif not isinstance(data["layers"], list) or not data["layers"]:
-        errors.append(SpecError("`layers` must be a non-empty list", loc("layers")))
+        c.errors.append(SpecError("`layers` must be a non-empty list", c.loc("layers")))
     else:
         for i, entry in enumerate(data["layers"]):
-            layer = attempt(parse_layer, entry, i, loc("layers", i), lambda *p, i=i: loc("layers", i, *p))
+            layer = c.attempt(parse_layer, entry, i, c.loc("layers", i), lambda *p, i=i: c.loc("layers", i, *p))
             if layer is not None:
-                layers.append(LayerEntry(i, layer, loc("layers", i)))
+                layers.append(LayerEntry(i, layer, c.loc("layers", i)))
+    return layers
+
+
+def _dataset(data: dict, c: _Collector) -> tuple:
+    """`dataset: mnist` or `dataset: {kind, path, vocab}` → (kind, path, vocab)."""
     dataset, dpath, dvocab = None, None, "byte"
-    if "dataset" in data and data["dataset"] is not None:
-        ds, ds_loc, has_kind = data["dataset"], loc("dataset"), True
-        if isinstance(ds, dict):
-            for k in ds:
-                if k not in ("kind", "path", "vocab"):
-                    errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab)",
-                                            loc("dataset", k)))
-            dpath = ds.get("path")
-            if dpath is not None and not isinstance(dpath, str):
-                errors.append(SpecError(f"dataset.path: expected a string, got {show(dpath)}", loc("dataset", "path")))
-                dpath = None
-            if "vocab" in ds:
-                dvocab = ds["vocab"]
-                if ds.get("kind") != "text":
-                    errors.append(SpecError("dataset.vocab: only a text dataset has a vocabulary "
-                                            f"(this one is {show(ds.get('kind'))})", loc("dataset", "vocab")))
-                elif dvocab not in VOCABS:
-                    errors.append(SpecError(f"dataset.vocab: expected one of {', '.join(VOCABS)}, got {show(dvocab)}",
-                                            loc("dataset", "vocab")))
-                    dvocab = "byte"
-            if "kind" in ds:
-                ds, ds_loc = ds["kind"], loc("dataset", "kind")
-            else:
-                has_kind = False
-                errors.append(SpecError("dataset: `kind` is required, e.g. {kind: npz, path: data.npz}", ds_loc))
-        if has_kind:
-            dataset = attempt(lambda: _at(lambda: DatasetKind.parse(ds, "dataset"), ds_loc))
-    train = None
+    if "dataset" not in data or data["dataset"] is None:
+        return dataset, dpath, dvocab
+    ds, ds_loc, has_kind = data["dataset"], c.loc("dataset"), True
+    if isinstance(ds, dict):
+        for k in ds:
+            if k not in ("kind", "path", "vocab"):
+                c.errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab)",
+                                          c.loc("dataset", k)))
+        dpath = ds.get("path")
+        if dpath is not None and not isinstance(dpath, str):
+            c.errors.append(SpecError(f"dataset.path: expected a string, got {show(dpath)}", c.loc("dataset", "path")))
+            dpath = None
+        if "vocab" in ds:
+            dvocab = ds["vocab"]
+            if ds.get("kind") != "text":
+                c.errors.append(SpecError("dataset.vocab: only a text dataset has a vocabulary "
+                                          f"(this one is {show(ds.get('kind'))})", c.loc("dataset", "vocab")))
+            elif dvocab not in VOCABS:
+                c.errors.append(SpecError(f"dataset.vocab: expected one of {', '.join(VOCABS)}, got {show(dvocab)}",
+                                          c.loc("dataset", "vocab")))
+                dvocab = "byte"
+        if "kind" in ds:
+            ds, ds_loc = ds["kind"], c.loc("dataset", "kind")
+        else:
+            has_kind = False
+            c.errors.append(SpecError("dataset: `kind` is required, e.g. {kind: npz, path: data.npz}", ds_loc))
+    if has_kind:
+        dataset = c.attempt(lambda: _at(lambda: DatasetKind.parse(ds, "dataset"), ds_loc))
+    return dataset, dpath, dvocab
+
+
+def _train(data: dict, c: _Collector, file: str):
     if "train" in data and data["train"] is not None:
-        train = attempt(parse_train, data["train"], locs, file, (orig["train"],))
-    if errors:
-        raise errors[0] if len(errors) == 1 else MultiError(errors)
-    return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
-                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, text=text, locs=locs, **opts)
+        return c.attempt(parse_train, data["train"], c.locs, file, (c.orig["train"],))
+    return None
 
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
