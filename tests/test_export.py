@@ -126,3 +126,143 @@ def test_missing_extra_is_named(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match=r"needs the safetensors package") as e:
         read_tensors(p)
     assert "lmc[export]" in e.value.hint
+
+
+# ------------------------------------------------------------------------------------ ONNX
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from types import SimpleNamespace  # noqa: E402
+
+from lmc.export.onnx import Builder, exportable  # noqa: E402
+from lmc.prims import all_prims, make_prim  # noqa: E402
+
+
+def _prim_cases():
+    for name, cls in sorted(all_prims().items()):
+        if not exportable(cls):
+            continue
+        for i, (attrs, ins, ps) in enumerate(cls.examples):
+            if "layout" in attrs or "out_layout" in attrs:     # the ONNX form is the logical (NCHW) one
+                continue
+            yield pytest.param(name, attrs, ins, ps, id=f"{name}-{i}")
+
+
+@pytest.mark.parametrize("name,attrs,ins,ps", list(_prim_cases()))
+def test_each_primitives_onnx_form_matches_its_reference(name, attrs, ins, ps):
+    """One-node models: every exportable primitive's ONNX nodes (run in onnxruntime) against its
+    float64 eval reference, on the primitive's own examples."""
+    prim = make_prim(name, **attrs)
+    rng = np.random.default_rng(0)
+    out, _ = prim.infer(ins, ps)
+    xs = [prim.draw(rng, t, True) for t in ins]
+    pv = [prim.draw(rng, t, False) for t in ps]
+    sv = prim.draw_state(rng, prim.state(ins, ps, out))
+    b = Builder(onnx)
+    b.node = b.twin = SimpleNamespace(prim=prim)
+    b.ins, b.pt, b.out = list(ins), list(ps), out
+    names = [f"x{i}" for i in range(len(xs))]
+    pn = [b.init(f"p{i}", a) for i, a in enumerate(pv)]
+    sn = [b.init(f"s{i}", a) for i, a in enumerate(sv)]
+    y = prim.onnx(b, names, pn, sn)
+    tp = onnx.TensorProto.FLOAT
+    g = onnx.helper.make_graph(b.nodes + [onnx.helper.make_node("Identity", [y], ["y"])], name,
+                               [onnx.helper.make_tensor_value_info(n, tp, list(t.dims)) for n, t in zip(names, ins)],
+                               [onnx.helper.make_tensor_value_info("y", tp, list(out.dims))], b.inits)
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        ["y"], dict(zip(names, xs)))[0]
+    f64 = [a.astype(np.float64) for a in xs + pv + sv]
+    attrs = {k: v for k, v in prim.attrs.items()}
+    want = type(prim).eval_reference(np, *f64, **attrs)
+    assert got.shape == tuple(out.dims)
+    assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max())
+
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+# the default suite's nets (a few seconds each, compile included); every other spec is slow
+FAST_ONNX = {"digits_mlp", "digits_cnn", "digits_vit", "detr_digits", "tiny_gpt", "yolo_digits"}
+
+
+def _weights_for_test(net, seed=1):
+    """The init's tensors, with the constant ones (zero biases and BN shifts, unit scales) and the
+    BN statistics drawn, so that every tensor reaches the logits."""
+    from lmc.export.weights import Weights
+    params, state = init_tensors(net, 0)
+    rng = np.random.default_rng(seed)
+    out = []
+    for p, a in zip(net.params, params):
+        if p.init == "zeros":
+            a = 0.05 * rng.standard_normal(a.shape)
+        elif p.init == "ones":
+            a = 1 + 0.2 * rng.standard_normal(a.shape)
+        out.append(np.asarray(a, np.float32))
+    st = [(rng.uniform(0.5, 2.0, a.shape) if s.name.endswith("var") else 0.1 * rng.standard_normal(a.shape))
+          .astype(np.float32) for s, a in zip(net.state, state)]
+    return Weights(out, st, "live", "test")
+
+
+def _input_for(net, batch, rng):
+    dims = (batch,) + tuple(net.input.dims[1:])
+    if any(n.prim.name == "embedding" for n in net.graph.nodes):     # token ids, held in f32
+        return rng.integers(0, 200, dims).astype(np.float32)
+    return rng.standard_normal(dims).astype(np.float32)
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("spec", [pytest.param(p, id=p.stem, marks=() if p.stem in FAST_ONNX else pytest.mark.slow)
+                                  for p in sorted(SPECS.glob("*.yaml"))])
+def test_onnx_export_matches_the_compiled_forward(spec):
+    """Every spec in specs/ exports (none uses a refused primitive today): onnxruntime's logits at
+    batch 2 equal lmc's compiled @forward within 1e-4·(1 + max|logit|), and the model takes
+    another batch size (3) giving the same rows."""
+    from lmc.check import load_net
+    from lmc.compile import compile_module
+    from lmc.export.onnx import build_model, refused_prims
+    from lmc.lower.lowering import lower
+    from lmc.run.runtime import Module
+    net = load_net(spec, None, batch=2)
+    assert not refused_prims(net)
+    w = _weights_for_test(net)
+    model = build_model(net, w)
+    assert model.opset_import[0].version >= 17
+    assert [i.name for i in model.graph.input] == ["input"] and [o.name for o in model.graph.output] == ["logits"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    x = _input_for(net, 2, rng)
+    y = sess.run(["logits"], {"input": x})[0]
+    mod = Module(compile_module(lower(net, "forward", backend="llvm-cpu"), None, "llvm-cpu", None).path, "llvm-cpu")
+    z = np.asarray(mod.forward(*[mod.upload(a) for a in w.params], *[mod.upload(a) for a in w.state], x)).copy()
+    assert y.shape == z.shape
+    assert np.abs(z[0] - z[1]).max() > 1e-3                      # the logits depend on the input
+    assert np.abs(y - z).max() <= 1e-4 * (1 + np.abs(z).max())
+    y3 = sess.run(["logits"], {"input": np.concatenate([x, x[:1]])})[0]
+    assert y3.shape[0] == 3 and np.abs(y3[:2] - y).max() <= 1e-5 * (1 + np.abs(y).max())
+
+
+def test_onnx_cli_export_and_refusal(ckpt, tmp_path):
+    spec, net, path, params, state, ema = ckpt
+    out = tmp_path / "m.onnx"
+    r = run("export", spec, "--init", path, "--format", "onnx", "-o", out, "--region", "live")
+    assert r.exit_code == 0, r.output
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m)
+    assert {i.name for i in m.graph.initializer} >= {p.name for p in net.params} | {s.name for s in net.state}
+    assert "BatchNormalization" in {n.op_type for n in m.graph.node}
+    x = np.random.default_rng(0).standard_normal((5, 1, 6, 6)).astype(np.float32)
+    y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(["logits"], {"input": x})[0]
+    assert y.shape == (5, 10)
+    r = run("export", spec, "--init", path, "--format", "onnx", "-o", tmp_path / "m.pb")
+    assert r.exit_code == 2 and ".onnx file" in r.output
+    # a primitive with no ONNX form is refused by name, before any weights are read
+    mamba = tmp_path / "mamba.yaml"
+    mamba.write_text("name: tiny_mamba\ninput: {features: 8}\nlayers:\n"
+                     "  - token_position_embed: {vocab_size: 16, seq_len: 8, d_model: 4, gather: true}\n"
+                     "  - mamba_block: {dim: 4, state_size: 3, expand: 2, n_blocks: 1}\n")
+    r = run("export", mamba, "--init", tmp_path / "none.npz", "--format", "onnx", "-o", tmp_path / "x.onnx")
+    assert r.exit_code == 2
+    assert "no ONNX form for the primitive selective_scan (layer 1, mamba_block)" in r.output

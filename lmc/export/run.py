@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmc.export.tensors import write_safetensors
+from lmc.export.onnx import check_exportable, write_onnx
+from lmc.export.tensors import check_safetensors, write_safetensors
 from lmc.export.weights import load_weights
 
 
@@ -11,12 +12,24 @@ def _safetensors(net, w, out, **_):
     return write_safetensors(net, w, out)
 
 
-FORMATS = {"safetensors": _safetensors}
+def _onnx(net, w, out, **_):
+    return write_onnx(net, w, out)
+
+
+def _check_safetensors(net, out, **_):
+    check_safetensors(out)
+
+
+# format → (what refuses the net or the output before any weights are read, the writer)
+FORMATS = {"safetensors": (_check_safetensors, _safetensors), "onnx": (check_exportable, _onnx)}
 
 
 def export(net, init: Path, fmt: str, out: Path, region: str = "auto", backend: str | None = None,
            chip: str | None = None, log=lambda s: None, spec_path: Path | None = None, sets=None) -> Path:
     """Write `init`'s weights of `region` for `net` in format `fmt` to `out`; returns the path."""
+    check, write = FORMATS[fmt]
+    kw = dict(backend=backend, chip=chip, log=log, spec_path=spec_path, sets=sets)
+    check(net, out, **kw)
     w = load_weights(net, init, region)
     log(f"exporting {net.spec.name} ({w.what}; {w.region} weights) as {fmt}")
-    return FORMATS[fmt](net, w, out, backend=backend, chip=chip, log=log, spec_path=spec_path, sets=sets)
+    return write(net, w, out, **kw)

@@ -11,11 +11,16 @@ from lmc.export.weights import Weights, named
 from lmc.run.checkpoint import atomic_write, net_hash, safetensors_module
 
 
+def check_safetensors(path: Path) -> None:
+    if Path(path).suffix != ".safetensors":
+        raise ExportError(f"-o {path}: a safetensors export is written to a .safetensors file")
+    safetensors_module("lmc export --format safetensors")
+
+
 def write_safetensors(net, w: Weights, path: Path) -> Path:
     """Write the net's parameters and BN statistics to `path` (atomically)."""
     path = Path(path)
-    if path.suffix != ".safetensors":
-        raise ExportError(f"-o {path}: a safetensors export is written to a .safetensors file")
+    check_safetensors(path)
     st = safetensors_module("lmc export --format safetensors")
     meta = {"format": "lmc-tensors", "lmc_version": __version__, "lmc_spec": net.spec.name,
             "lmc_net_hash": net_hash(net), "lmc_region": w.region}
