@@ -266,3 +266,57 @@ def test_onnx_cli_export_and_refusal(ckpt, tmp_path):
     r = run("export", mamba, "--init", tmp_path / "none.npz", "--format", "onnx", "-o", tmp_path / "x.onnx")
     assert r.exit_code == 2
     assert "no ONNX form for the primitive selective_scan (layer 1, mamba_block)" in r.output
+
+
+# ------------------------------------------------------------------------------------ vmfb
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "export.md"
+
+
+def _snippet() -> str:
+    text = DOC.read_text()
+    body = text.split("<!-- vmfb-snippet -->", 1)[1]
+    return body.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.iree
+def test_vmfb_package_runs_from_the_docs_snippet_without_lmc(ckpt, tmp_path):
+    import json
+    import subprocess
+    from lmc.compile import compile_module
+    from lmc.lower.lowering import lower
+    from lmc.run.runtime import Module
+    spec, net, path, params, state, ema = ckpt
+    pkg = tmp_path / "digits_cnn.pkg"                     # the name the snippet loads
+    r = run("export", spec, "--init", path, "--format", "vmfb", "--batch", "4", "--region", "live", "-o", pkg)
+    assert r.exit_code == 0, r.output
+    m = json.loads((pkg / "manifest.json").read_text())
+    assert m["batch"] == 4 and m["input"]["shape"] == [4, 1, 6, 6] and m["output"]["shape"] == [4, 10]
+    assert m["args"] == [p.name for p in net.params] + [s.name for s in net.state]
+    x = np.random.default_rng(0).standard_normal((3, 1, 6, 6)).astype(np.float32)    # a partial batch
+    np.save(tmp_path / "x.npy", x)
+    code = _snippet() + ("\nnp.save('y.npy', predict(np.load('x.npy')))\n"
+                         "import sys\nassert not [k for k in sys.modules if k == 'lmc' or k.startswith('lmc.')]\n")
+    assert len(_snippet().strip().splitlines()) <= 25
+    p = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    y = np.load(tmp_path / "y.npy")
+    net4 = infer(net.spec, 4)
+    mod = Module(compile_module(lower(net4, "forward"), None, "llvm-cpu", None).path)
+    xb = np.concatenate([x, np.zeros((1, 1, 6, 6), np.float32)])
+    z = np.asarray(mod.forward(*params, *state, xb))[:3]
+    assert y.shape == (3, 10) and np.abs(z[0] - z[1]).max() > 1e-3
+    assert np.array_equal(y, z)
+
+
+def test_vmfb_refusals(ckpt, tmp_path):
+    spec, net, path, *_ = ckpt
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    r = run("export", spec, "--init", path, "--format", "vmfb", "-o", tmp_path / "full")
+    assert r.exit_code == 2 and "not an lmc package" in r.output
+    (tmp_path / "f").write_text("")
+    r = run("export", spec, "--init", path, "--format", "vmfb", "-o", tmp_path / "f")
+    assert r.exit_code == 2 and "is a file" in r.output
+    r = run("export", spec, "--init", path, "--format", "vmfb", "--batch", "0", "-o", tmp_path / "p")
+    assert r.exit_code == 2 and "--batch must be at least 1" in r.output

@@ -10,6 +10,7 @@ import typer
 from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, err, user_errors
 from lmc.core.errors import LmcError
 from lmc.export.run import FORMATS, export as run_export
+from lmc.lower.options import LowerOptions
 
 
 def _log(text: str) -> None:
@@ -30,10 +31,12 @@ def export(spec: SpecArg,
     with user_errors():
         if format not in FORMATS:
             raise LmcError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
+        if batch is not None and batch < 1:
+            raise LmcError(f"--batch must be at least 1, got {batch}")
         if format != "vmfb" and (backend is not None or chip is not None or batch is not None):
             raise LmcError(f"--backend, --chip and --batch choose what a vmfb package is compiled for; "
                            f"a {format} export does not compile", hint="leave them out, or use --format vmfb")
         net = _load(spec, set, 1 if format != "vmfb" else batch or 1)
         out = run_export(net, Path(init), format, output, region=region, backend=backend, chip=chip, log=_log,
-                         spec_path=spec, sets=set)
+                         spec_path=spec, sets=set, options=LowerOptions.from_env())
     _log(f"wrote {out}")

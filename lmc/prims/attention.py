@@ -211,7 +211,7 @@ class WindowBias(Prim):
         return bias[None] + _shift_mask(grid, ws, shift)[:, None]
 
     def onnx(self, b, ins, ps, st):
-        ws, (gh, gw) = self.ws, self.grid
+        ws = self.ws
         n, h = ws * ws, b.out.dims[1]
         g = b.op("Gather", ps[0], b.const(_window_index(ws).reshape(-1), np.int64), axis=0)    # [T·T, heads]
         bias = b.op("Transpose", b.op("Reshape", g, b.ints([n, n, h])), perm=[2, 0, 1])
