@@ -189,20 +189,59 @@ FAST_ONNX = {"digits_mlp", "digits_cnn", "digits_vit", "detr_digits", "tiny_gpt"
 
 def _weights_for_test(net, seed=1):
     """The init's tensors, with the constant ones (zero biases and BN shifts, unit scales) and the
-    BN statistics drawn, so that every tensor reaches the logits."""
+    BN statistics drawn near their init, so that every tensor reaches the logits and deep nets
+    stay well-conditioned (logits of order 1, not amplified rounding)."""
     from lmc.export.weights import Weights
     params, state = init_tensors(net, 0)
     rng = np.random.default_rng(seed)
     out = []
     for p, a in zip(net.params, params):
         if p.init == "zeros":
-            a = 0.05 * rng.standard_normal(a.shape)
+            a = 0.02 * rng.standard_normal(a.shape)
         elif p.init == "ones":
-            a = 1 + 0.2 * rng.standard_normal(a.shape)
+            a = 1 + 0.05 * rng.standard_normal(a.shape)
         out.append(np.asarray(a, np.float32))
-    st = [(rng.uniform(0.5, 2.0, a.shape) if s.name.endswith("var") else 0.1 * rng.standard_normal(a.shape))
+    st = [(rng.uniform(1.0, 1.2, a.shape) if s.name.endswith("var") else 0.02 * rng.standard_normal(a.shape))
           .astype(np.float32) for s, a in zip(net.state, state)]
     return Weights(out, st, "live", "test")
+
+
+def _calibrate_bn(model, x) -> dict[str, np.ndarray]:
+    """BN running statistics that fit the random weights: the batch statistics of each BN's input
+    on x, as one train-mode pass gives them (each BatchNormalization node fed its input's batch
+    mean and biased variance, which become extra outputs).  Without this, a deep net's eval
+    activations vanish or explode under random weights and the logits stop depending on the input."""
+    mk = onnx.helper.make_node
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    nodes, outs = [], []
+    for n in m.graph.node:
+        if n.op_type != "BatchNormalization":
+            nodes.append(n)
+            continue
+        xin, g, b, mean, var = n.input
+        t = f"{mean}."                          # the names of this BN's calibration values
+        nodes += [mk("Shape", [xin], [t + "shape"]), mk("Size", [t + "shape"], [t + "rank"]),
+                  mk("Range", [t + "zero", t + "rank", t + "one"], [t + "all"]),       # axes but 1 (channels)
+                  mk("Equal", [t + "all", t + "one"], [t + "isc"]), mk("Not", [t + "isc"], [t + "keep"]),
+                  mk("Compress", [t + "all", t + "keep"], [t + "ax"]),
+                  mk("ReduceMean", [xin, t + "ax"], [t + "mu"], keepdims=1),
+                  mk("Sub", [xin, t + "mu"], [t + "d"]), mk("Mul", [t + "d", t + "d"], [t + "d2"]),
+                  mk("ReduceMean", [t + "d2", t + "ax"], [t + "var"], keepdims=1),
+                  mk("Reshape", [t + "mu", t + "m1"], [t + "mu1"]), mk("Reshape", [t + "var", t + "m1"], [t + "var1"]),
+                  mk("BatchNormalization", [xin, g, b, t + "mu1", t + "var1"], list(n.output), epsilon=1e-5)]
+        m.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.int64), t + "zero"),
+                                    onnx.numpy_helper.from_array(np.array(1, np.int64), t + "one"),
+                                    onnx.numpy_helper.from_array(np.array([-1], np.int64), t + "m1")])
+        outs += [(mean, t + "mu1"), (var, t + "var1")]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    m.opset_import[0].version = 18          # ReduceMean with its axes as an input
+    for _, o in outs:
+        m.graph.output.append(onnx.ValueInfoProto(name=o))
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        [o for _, o in outs], {"input": x})
+    return {name: a.astype(np.float32) for (name, _), a in zip(outs, got)}
 
 
 def _input_for(net, batch, rng):
@@ -227,13 +266,17 @@ def test_onnx_export_matches_the_compiled_forward(spec):
     net = load_net(spec, None, batch=2)
     assert not refused_prims(net)
     w = _weights_for_test(net)
+    rng = np.random.default_rng(2)
+    x = _input_for(net, 2, rng)
     model = build_model(net, w)
+    if net.state:                            # BN statistics that fit the random weights, then again
+        stats = _calibrate_bn(model, x)
+        w.state = [stats[s.name] for s in net.state]
+        model = build_model(net, w)
     assert model.opset_import[0].version >= 17
     assert [i.name for i in model.graph.input] == ["input"] and [o.name for o in model.graph.output] == ["logits"]
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(2)
-    x = _input_for(net, 2, rng)
     y = sess.run(["logits"], {"input": x})[0]
     mod = Module(compile_module(lower(net, "forward", backend="llvm-cpu"), None, "llvm-cpu", None).path, "llvm-cpu")
     z = np.asarray(mod.forward(*[mod.upload(a) for a in w.params], *[mod.upload(a) for a in w.state], x)).copy()
@@ -320,3 +363,83 @@ def test_vmfb_refusals(ckpt, tmp_path):
     assert r.exit_code == 2 and "is a file" in r.output
     r = run("export", spec, "--init", path, "--format", "vmfb", "--batch", "0", "-o", tmp_path / "p")
     assert r.exit_code == 2 and "--batch must be at least 1" in r.output
+
+
+# ------------------------------------------------------------------------------------ import
+
+def _torchvision_like(rng):
+    """A torchvision-style state_dict of the tiny spec (conv, BN, linear), in scrambled order."""
+    sd = {"features.0.weight": rng.standard_normal((4, 1, 3, 3)),
+          "features.1.weight": rng.uniform(0.5, 1.5, 4), "features.1.bias": rng.standard_normal(4),
+          "features.1.running_mean": rng.standard_normal(4), "features.1.running_var": rng.uniform(0.5, 1.5, 4),
+          "classifier.weight": rng.standard_normal((10, 36)), "classifier.bias": rng.standard_normal(10)}
+    sd = {k: np.asarray(v, np.float32) for k, v in sd.items()}
+    sd["features.1.num_batches_tracked"] = np.array(7, np.int64)
+    return dict(reversed(list(sd.items())))
+
+
+def test_import_maps_a_state_dict_by_name_and_shape(ckpt, tmp_path):
+    spec, net, *_ = ckpt
+    sd = _torchvision_like(np.random.default_rng(0))
+    safetensors.save_file(sd, str(tmp_path / "w.safetensors"))
+    r = run("import", spec, tmp_path / "w.safetensors", "--from", "torchvision", "-o", tmp_path / "ck.npz")
+    assert r.exit_code == 0, r.output
+    got = load_init(tmp_path / "ck.npz", net)
+    want = [sd["features.0.weight"], sd["features.1.weight"], sd["features.1.bias"], sd["classifier.weight"].T,
+            sd["classifier.bias"]]
+    assert [p.name for p in net.params][3] == "03.dense.weight"
+    assert all(np.array_equal(a, b) for a, b in zip(got.params, want))
+    assert np.array_equal(got.state[0], sd["features.1.running_mean"])
+    assert np.allclose(got.state[1], sd["features.1.running_var"], rtol=0, atol=1e-7)   # ε = 1e-5 both sides
+    # a library with another BN ε: the variance shifted so that (σ² + ε) is unchanged
+    r = run("import", spec, tmp_path / "w.safetensors", "--from", "torchvision", "--model", "mobilenet_v3_large",
+            "-o", tmp_path / "ck3.npz")
+    assert r.exit_code == 0 and "ε 0.001" in r.output
+    got = load_init(tmp_path / "ck3.npz", net)
+    assert np.allclose(got.state[1] + 1e-5, sd["features.1.running_var"] + 1e-3, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda sd: sd.update({"classifier.extra": np.zeros(3, np.float32)}),
+     "tensor 'classifier.extra': 'extra' is not a tensor the torchvision table knows"),
+    (lambda sd: sd.update({"fc.weight": np.zeros((10, 10), np.float32)}),
+     "torchvision tensor 'fc.weight' [10, 10] has no lmc tensor left to go to"),
+    (lambda sd: sd.pop("classifier.bias"), "lmc tensor 03.dense.bias got no torchvision tensor"),
+    (lambda sd: sd.update({"classifier.weight": np.zeros((10, 35), np.float32)}),
+     "torchvision tensor 'classifier.weight' [10, 35] does not fit lmc's 03.dense.weight [36, 10]"),
+    (lambda sd: sd.update({"features.1.bias": np.zeros(4, np.int32)}),
+     "torchvision tensor 'features.1.bias' has dtype int32; expected a float tensor"),
+    (lambda sd: sd.update({"features.0.wobble.weight": np.zeros(4, np.float32)}),
+     "module 'wobble' is not one the torchvision table knows"),
+])
+def test_import_refuses_what_does_not_map_naming_the_tensor(ckpt, tmp_path, change, message):
+    spec, *_ = ckpt
+    sd = _torchvision_like(np.random.default_rng(0))
+    change(sd)
+    safetensors.save_file(sd, str(tmp_path / "w.safetensors"))
+    r = run("import", spec, tmp_path / "w.safetensors", "--from", "torchvision", "-o", tmp_path / "ck.npz")
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (tmp_path / "ck.npz").exists()
+
+
+def test_import_arguments_and_pth(ckpt, tmp_path, monkeypatch):
+    spec, net, *_ = ckpt
+    sd = _torchvision_like(np.random.default_rng(0))
+    safetensors.save_file(sd, str(tmp_path / "w.safetensors"))
+    r = run("import", spec, tmp_path / "w.safetensors", "--from", "keras", "-o", tmp_path / "ck.npz")
+    assert r.exit_code == 2 and "--from 'keras'" in r.output
+    r = run("import", spec, tmp_path / "w.safetensors", "--from", "torchvision", "-o", tmp_path / "ck.pt")
+    assert r.exit_code == 2 and "is a .npz file" in r.output
+    r = run("import", spec, tmp_path / "w.bin", "--from", "torchvision", "-o", tmp_path / "ck.npz")
+    assert r.exit_code == 2 and "expected a .safetensors" in r.output
+    (tmp_path / "w.pth").write_bytes(b"not a torch file")
+    monkeypatch.setitem(sys.modules, "torch", None)          # lmc never needs torch: say what to do
+    r = run("import", spec, tmp_path / "w.pth", "--from", "torchvision", "-o", tmp_path / "ck.npz")
+    assert r.exit_code == 2 and "needs PyTorch, which lmc does not require" in r.output
+    assert "safetensors.torch.save_file" in r.output
+    monkeypatch.delitem(sys.modules, "torch")
+    torch = pytest.importorskip("torch")
+    torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in sd.items()}, tmp_path / "w.pth")
+    r = run("import", spec, tmp_path / "w.pth", "--from", "torchvision", "-o", tmp_path / "ck.npz")
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(load_init(tmp_path / "ck.npz", net).params[3], sd["classifier.weight"].T)

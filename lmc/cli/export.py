@@ -9,6 +9,7 @@ import typer
 
 from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, err, user_errors
 from lmc.core.errors import LmcError
+from lmc.export.published import import_weights
 from lmc.export.run import FORMATS, export as run_export
 from lmc.lower.options import LowerOptions
 
@@ -40,3 +41,18 @@ def export(spec: SpecArg,
         out = run_export(net, Path(init), format, output, region=region, backend=backend, chip=chip, log=_log,
                          spec_path=spec, sets=set, options=LowerOptions.from_env())
     _log(f"wrote {out}")
+
+
+@app.command("import", cls=_Command)
+def import_cmd(spec: SpecArg,
+               weights: Annotated[Path, typer.Argument(help="The library model's state_dict: a .safetensors file (or a .pth when PyTorch is installed).", show_default=False)],
+               source: Annotated[str, typer.Option("--from", help="The library the state_dict comes from: torchvision.")],
+               output: Annotated[Path, typer.Option("-o", "--output", help="The lmc checkpoint to write (.npz): `--init` for train, eval and export.")],
+               model: Annotated[Optional[str], typer.Option(help="The library's model name, e.g. mobilenet_v3_large (default: the spec's name); it decides the library's batch-norm ε.")] = None,
+               set: SetOpt = None) -> None:
+    """Import published weights: map a torchvision state_dict onto SPEC's tensors (every name and shape checked) and write an lmc checkpoint with the BN statistics."""
+    with user_errors():
+        net = _load(spec, set, 1)
+        r = import_weights(net, weights, source, output, model)
+    _log(f"wrote {r.path}: {r.n_params} parameters and {r.n_state} BN statistics from {weights} "
+         f"({source}, batch-norm ε {r.bn_eps:g})")
