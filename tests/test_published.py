@@ -14,13 +14,12 @@ pooling averages whatever is left), far smaller modules; Swin-T needs 224 (7×7 
 7×7 last stage) and ViT 224 (its position table is for 14×14 patches).
 
 Deviations the seed documents deliberately (docs/layers.md, "Checked against torchvision") are
-neutralised, each where it is handled (`neutralise`, `_convert`, EXTRA); everything else must
+neutralised, each where it is handled (`neutralise` here; BN ε, EXTRA in lmc/export/published.py); everything else must
 match as is."""
 from __future__ import annotations
 
 import importlib.util
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -31,23 +30,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.iree]
 
-# tensors torch keeps that are no weight: a step counter, and Swin's constant index of its
-# relative position table (lmc's window_bias primitive builds the same index in-graph)
-NOT_WEIGHTS = re.compile(r"(num_batches_tracked|relative_position_index)$")
-
-# torch tensors that lmc's parameter order puts elsewhere: (pattern, the torch name it follows)
-MOVES = [
-    (r"class_token", "conv_proj.bias"),                                   # ViT: cls after the patch conv
-    (r"(.*)\.layer_scale", r"\1.block.5.bias"),                           # ConvNeXt: γ after the 2nd 1×1
-    (r"(.*)\.relative_position_bias_table", r"\1.proj.bias"),             # Swin: table after the out proj
-    (r"(.*)\.reduction\.weight", r"\1.norm.bias"),                        # Swin merge: LN, then linear
-    (r"(.*)\.([qkv])\.bias", r"\1.\2.weight"),                             # ViT: q.w, q.b, k.w, k.b, …
-]
-
-# lmc tensors torch has no counterpart for, and the value that makes them the identity
-EXTRA = {r"patch_merging\.bias$": 0.0}     # the Lean kit's bias on Swin's merge reduction
-
-
 def _tv():
     torch = pytest.importorskip("torch")
     if importlib.util.find_spec("torchvision") is None:     # importing it plainly may fail: below
@@ -57,94 +39,16 @@ def _tv():
     return torch, _import_torchvision()
 
 
-class Split:
-    """The owner of one third of a MultiheadAttention's fused in_proj (q, k or v): a linear."""
-
-
-def _kind(torch, module, leaf: str) -> str:
-    """How a torch tensor's layout differs from lmc's: by the module that owns it."""
-    if leaf == "weight" and (isinstance(module, torch.nn.Linear) or isinstance(module, Split)):
-        return "linear"
-    if leaf == "weight" and isinstance(module, torch.nn.Conv2d):
-        return "conv"
-    if leaf == "running_var":
-        return "bn_var"
-    if leaf == "relative_position_bias_table":
-        return "rel_table"
-    return "plain"
-
-
-def _convert(kind: str, a: np.ndarray, s: tuple, module) -> np.ndarray:
-    """One torch tensor → the lmc tensor it becomes (s: lmc's shape)."""
-    from lmc.prims.norm import EPS
-    if kind == "linear":                       # torch (out, in); lmc dense/linear (in, out),
-        return a.T if len(s) == 2 else a.reshape(s)        # ConvNeXt's 1×1 convs (out, in, 1, 1)
-    if kind == "conv" and len(s) == 2:         # a 1×1 conv that lmc holds as a dense (in, out)
-        return a.reshape(a.shape[:2]).T
-    if kind == "bn_var":
-        # lmc's batch norm has the seed's ε = 1e-5; torchvision's MobileNetV3 and EfficientNets
-        # use 1e-3.  In eval, (σ² + ε_torch) = (σ²' + ε_lmc) exactly for σ²' = σ² + ε_torch − ε_lmc
-        a = (a.astype(np.float64) + module.eps - EPS).astype(np.float32)
-    if kind == "rel_table":
-        # lmc adds the bias before softmax's 1/√dh scale (docs/layers.md, swin_stage): its table
-        # is torchvision's times √dh
-        a = a * np.float32(math.sqrt(module.proj.in_features // module.num_heads))
-    # same layout up to singleton axes (class token [1, 1, D], positions [1, N, D], layer scale
-    # [C, 1, 1]); anything else is left as it is, for the caller's shape check to refuse
-    same = tuple(d for d in a.shape if d != 1) == tuple(d for d in s if d != 1)
-    return a.reshape(s) if same else a
-
-
-def _extra(t) -> float | None:
-    return next((v for p, v in EXTRA.items() if re.search(p, t.name)), None)
-
-
 def map_weights(torch, model, net) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """torch's state_dict → lmc's (params, state) in train-step argument order.  Every torch
-    tensor is used exactly once (NOT_WEIGHTS aside) and every lmc tensor is set exactly once
-    (EXTRA aside), shapes asserted."""
-    owners = dict(model.named_modules())
-    sd = {}
-    for k, v in model.state_dict().items():
-        owner, _, leaf = k.rpartition(".")
-        v = v.detach().numpy().astype(np.float32)
-        if isinstance(owners.get(owner), torch.nn.MultiheadAttention) and leaf.startswith("in_proj_"):
-            for part, rows in zip("qkv", np.split(v, 3)):       # fused q‖k‖v rows: lmc's q, k, v linears
-                owners[f"{owner}.{part}"] = Split()
-                sd[f"{owner}.{part}.{leaf[len('in_proj_'):]}"] = rows
-        elif not NOT_WEIGHTS.search(k):
-            sd[k] = v
-    names = list(sd)
-    for pat, after in MOVES:
-        for k in [k for k in names if re.fullmatch(pat, k)]:
-            names.remove(k)
-            names.insert(names.index(re.sub(pat, after, k)) + 1, k)
-    buffers = [k for k in names if k.endswith(("running_mean", "running_var"))]
-    weights = [k for k in names if k not in buffers]
-
-    def fill(targets, sources):
-        out, i = [], 0
-
-        def extras():
-            nonlocal i
-            while i < len(targets) and _extra(targets[i]) is not None:
-                out.append(np.full(targets[i].type.dims, _extra(targets[i]), np.float32))
-                i += 1
-
-        for k in sources:
-            extras()
-            owner, _, leaf = k.rpartition(".")
-            assert i < len(targets), f"torch {k}: lmc has no tensor left"
-            t = targets[i]
-            a = _convert(_kind(torch, owners[owner], leaf), sd[k], tuple(t.type.dims), owners[owner])
-            assert a.shape == tuple(t.type.dims), f"torch {k} {a.shape} → lmc {t.name} {t.type.dims}"
-            out.append(np.ascontiguousarray(a, np.float32))
-            i += 1
-        extras()
-        assert i == len(targets), f"lmc tensors without a torch source: {[t.name for t in targets[i:]]}"
-        return out
-
-    return fill(net.params, weights), fill(net.state, buffers)
+    """torch's state_dict → lmc's (params, state) through lmc's own mapper (`lmc import`,
+    lmc/export/published.py: table-driven, from the names alone), with the BN ε its table
+    holds for the spec's model; the mapper checks that every tensor is used exactly once."""
+    from lmc.export.published import BN_EPS, TORCH_BN_EPS, map_state_dict
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    eps = {m.eps for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+    want = BN_EPS.get(net.spec.name.replace("-", "_"), TORCH_BN_EPS)
+    assert eps <= {want}, f"lmc's BN ε table says {want} for {net.spec.name}, torch's model has {eps}"
+    return map_state_dict(sd, net, want)
 
 
 def randomise(torch, model, seed=0):
@@ -245,8 +149,9 @@ def test_same_function_as_torchvision(stem, capsys):
 
 
 def test_the_mapper_uses_every_tensor_exactly_once():
-    # a torch tensor lmc has no place for, or an lmc tensor torch does not fill, is an error,
-    # not a silently skipped (or zero) weight
+    # a torch tensor lmc has no place for, or an lmc tensor torch does not fill, is an error
+    # naming it, not a silently skipped (or zero) weight
+    from lmc.core.errors import ExportError
     torch, tv = _tv()
     from lmc.graph.infer import infer
     from lmc.spec.netspec import load_spec
@@ -254,13 +159,53 @@ def test_the_mapper_uses_every_tensor_exactly_once():
     model = tv.models.resnet18(num_classes=10)
     map_weights(torch, model, net)
     model.fc.register_parameter("extra", torch.nn.Parameter(torch.zeros(3)))
-    with pytest.raises(AssertionError, match="torch fc.extra: lmc has no tensor left"):
+    with pytest.raises(ExportError, match="tensor 'fc.extra': 'extra' is not a tensor the torchvision table knows"):
         map_weights(torch, model, net)
     model = tv.models.resnet18(num_classes=10)
-    model.conv1.register_parameter("extra", torch.nn.Parameter(torch.zeros(3)))
-    with pytest.raises(AssertionError, match=r"torch conv1.extra \(3,\) → lmc 00.conv_bn.gamma"):
+    model.conv1.register_parameter("bias", torch.nn.Parameter(torch.zeros(3)))
+    with pytest.raises(ExportError, match=r"torchvision tensor 'conv1.bias' \[3\] does not fit lmc's 00.conv_bn.gamma"):
         map_weights(torch, model, net)
     model = tv.models.resnet18(num_classes=10)
     model.fc = torch.nn.Identity()
-    with pytest.raises(AssertionError, match=r"lmc tensors without a torch source: \['07.dense.weight', '07.dense.bias'\]"):
+    with pytest.raises(ExportError, match=r"lmc tensors 07.dense.weight, 07.dense.bias got no torchvision tensor"):
         map_weights(torch, model, net)
+    model = tv.models.resnet34(num_classes=10)
+    with pytest.raises(ExportError, match=r"torchvision tensor 'layer\d\.\d\.\w+\.\w+' \[\d+(, \d+)*\] "
+                                          r"(does not fit|has no lmc tensor left)"):
+        map_weights(torch, model, net)
+
+
+@pytest.mark.parametrize("stem", sorted(NETS))
+def test_lmc_import_matches_torchvision(stem, tmp_path, capsys):
+    """`lmc import`: torchvision's model (random weights and BN statistics) saved as a safetensors
+    state_dict, imported by the command, scored through lmc's compiled @forward from the
+    checkpoint it wrote: torch's eval logits within this file's tolerance."""
+    torch, tv = _tv()
+    st = pytest.importorskip("safetensors.torch")
+    from typer.testing import CliRunner
+    from lmc.cli import app
+    from lmc.graph.infer import infer
+    from lmc.run.checkpoint import load_init
+    from lmc.spec.netspec import load_spec
+    build, side = NETS[stem]
+    torch.manual_seed(0)
+    model = build(tv).eval()
+    randomise(torch, model, seed=3)
+    neutralise(torch, model)
+    st.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    spec = tmp_path / f"{stem}.yaml"
+    spec.write_text((ROOT / "specs" / f"{stem}.yaml").read_text()
+                    .replace("height: 224, width: 224", f"height: {side}, width: {side}"))
+    r = CliRunner().invoke(app, ["import", str(spec), str(tmp_path / "w.safetensors"), "--from", "torchvision",
+                                 "-o", str(tmp_path / "ck.npz")])
+    assert r.exit_code == 0, r.output
+    net = infer(load_spec(spec), 2)
+    got = load_init(tmp_path / "ck.npz", net)
+    x = np.random.default_rng(1).standard_normal((2, 3, side, side)).astype(np.float32)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()
+    y, c, _ = lmc_forward(net, got.params, got.state, x)
+    diff, tol = float(np.abs(y - ref).max()), 2e-5 * (1 + float(np.abs(ref).max()))
+    with capsys.disabled():
+        print(f"\nimport {stem}@{side}: max|diff| {diff:.3g}, tol {tol:.3g}")
+    assert diff <= tol

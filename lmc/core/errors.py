@@ -112,3 +112,7 @@ class EvalError(LmcError):
 
 class TrustError(LmcError):
     """A trust tool (compare, attack, certify, lipschitz) cannot run as asked."""
+
+
+class ExportError(LmcError):
+    """A trained net cannot be exported (or published weights imported) as asked."""

@@ -139,6 +139,13 @@ class Prim:
         """y in eval mode: `args` are the inputs, params, then the running state."""
         return cls.reference(xp, *args, **attrs)
 
+    def onnx(self, b, ins: list[str], ps: list[str], st: list[str]) -> str:
+        """Its eval form as ONNX nodes (`lmc export --format onnx`, lmc/export/onnx.py): `b` is
+        the builder (b.op, b.const, b.shape, b.sym, and b.ins / b.out, the types at batch 2),
+        ins/ps/st the ONNX names of its inputs, parameters and running state; returns its
+        output's name.  A primitive that does not override this is refused by ONNX export."""
+        raise NotImplementedError
+
     def draw(self, rng: np.random.Generator, t: TensorType, is_input: bool) -> np.ndarray:
         """A random f32 test argument of type t (an input, else a param).  Override to keep
         inputs away from non-differentiable points, where the template and the reference may

@@ -37,6 +37,9 @@ class Matmul(Prim):
     def reference(xp, a, b):
         return xp.matmul(a, b)
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("MatMul", *ins)
+
 
 @primitive("softmax")
 class Softmax(Prim):
@@ -72,6 +75,17 @@ class Softmax(Prim):
         s = s - s.max(axis=-1, keepdims=True)
         e = xp.exp(s)
         return e / e.sum(axis=-1, keepdims=True)
+
+    def onnx(self, b, ins, ps, st):
+        return onnx_softmax(b, ins[0], self.scale, self.causal, b.ins[0].dims[-1])
+
+
+def onnx_softmax(b, s, scale, causal, n):
+    """softmax(scale·s) over the last axis, entries above the diagonal masked when causal."""
+    s = b.op("Mul", s, b.const(scale))
+    if causal:
+        s = b.op("Where", b.const(np.tril(np.ones((n, n), bool)), np.bool_), s, b.const(-np.inf))
+    return b.op("Softmax", s, axis=-1)
 
 
 @primitive("rope")
@@ -111,6 +125,17 @@ class Rope(Prim):
         cos, sin = np.cos(theta), np.sin(theta)
         x1, x2 = x[..., : dh // 2], x[..., dh // 2:]
         return xp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+    def onnx(self, b, ins, ps, st):
+        n, dh = b.ins[0].dims[-2:]
+        theta = np.arange(n)[:, None] * 10000.0 ** (-np.arange(dh // 2) * 2.0 / dh)
+        cos, sin = b.const(np.cos(theta)), b.const(np.sin(theta))
+        ax = b.ins[0].rank - 1
+        x1 = b.op("Slice", ins[0], b.ints([0]), b.ints([dh // 2]), b.ints([ax]))
+        x2 = b.op("Slice", ins[0], b.ints([dh // 2]), b.ints([dh]), b.ints([ax]))
+        y1 = b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin))
+        y2 = b.op("Add", b.op("Mul", x2, cos), b.op("Mul", x1, sin))
+        return b.op("Concat", y1, y2, axis=-1)
 
 
 def _window_index(ws: int) -> np.ndarray:
@@ -185,6 +210,13 @@ class WindowBias(Prim):
         bias = xp.transpose(table[_window_index(ws)], (2, 0, 1))          # [heads, T, T]
         return bias[None] + _shift_mask(grid, ws, shift)[:, None]
 
+    def onnx(self, b, ins, ps, st):
+        ws = self.ws
+        n, h = ws * ws, b.out.dims[1]
+        g = b.op("Gather", ps[0], b.const(_window_index(ws).reshape(-1), np.int64), axis=0)    # [T·T, heads]
+        bias = b.op("Transpose", b.op("Reshape", g, b.ints([n, n, h])), perm=[2, 0, 1])
+        return b.op("Add", b.op("Unsqueeze", bias, b.ints([0])), b.const(_shift_mask(self.grid, ws, self.shift)[:, None]))
+
 
 @primitive("embedding")
 class Embedding(Prim):
@@ -222,6 +254,11 @@ class Embedding(Prim):
         # ids rounded to the nearest integer and clamped to the table (the template's order)
         idx = xp.clip(xp.floor(ids + 0.5), 0, table.shape[0] - 1).astype(np.int32)
         return table[idx]
+
+    def onnx(self, b, ins, ps, st):
+        v = b.pt[0].dims[0]                 # the table's rows: ids clamped to them
+        i = b.op("Clip", b.op("Floor", b.op("Add", ins[0], b.const(0.5))), b.const(0.0), b.const(float(v - 1)))
+        return b.op("Gather", ps[0], b.op("Cast", i, to=7), axis=0)        # 7: INT64
 
 
 @primitive("flash_attn")
@@ -307,3 +344,13 @@ class FlashAttn(Prim):
         if bias is not None:           # the composed form's grouped add (_common.attention)
             s = (s.reshape((-1,) + bias.shape) + bias[None]).reshape(s.shape)
         return xp.matmul(Softmax.reference(xp, s, scale, causal), v)
+
+    def onnx(self, b, ins, ps, st):
+        q, k, v = ins[:3]
+        s = b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))
+        if len(ins) == 4:
+            bt = b.ins[3]
+            _, h, nq, nk = b.ins[0].dims[:3] + (b.ins[1].dims[2],)
+            g = b.op("Reshape", s, b.ints([-1] + list(bt.dims)))
+            s = b.op("Reshape", b.op("Add", g, ins[3]), b.ints([-1, h, nq, nk]))
+        return b.op("MatMul", onnx_softmax(b, s, self.scale, self.causal, b.ins[1].dims[2]), v)

@@ -23,6 +23,22 @@ ACTIVATIONS = {
     "sigmoid": lambda xp, x: 1.0 / (1.0 + xp.exp(-x)),
     "h_sigmoid": lambda xp, x: xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0,
 }
+# act kind → its ONNX form (opset 17 has no tanh GELU: spelled out)
+def _onnx_gelu(b, x):
+    x3 = b.op("Mul", b.op("Mul", x, x), x)
+    inner = b.op("Mul", b.const(GELU_C), b.op("Add", x, b.op("Mul", b.const(0.044715), x3)))
+    return b.op("Mul", b.op("Mul", b.const(0.5), x), b.op("Add", b.const(1.0), b.op("Tanh", inner)))
+
+
+ONNX_ACTIVATIONS = {
+    "relu": lambda b, x: b.op("Relu", x),
+    "relu6": lambda b, x: b.op("Clip", x, b.const(0.0), b.const(6.0)),
+    "swish": lambda b, x: b.op("Mul", x, b.op("Sigmoid", x)),
+    "h_swish": lambda b, x: b.op("HardSwish", x),
+    "gelu": _onnx_gelu,
+    "sigmoid": lambda b, x: b.op("Sigmoid", x),
+    "h_sigmoid": lambda b, x: b.op("HardSigmoid", x, alpha=1.0 / 6.0, beta=0.5),
+}
 KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "h_swish": [-3.0, 3.0], "h_sigmoid": [-3.0, 3.0]}
 KINK_GAP = 0.05          # no test input within this distance of a kink
 
@@ -42,6 +58,9 @@ class Act(Elementwise):
     @staticmethod
     def reference(xp, x, kind):
         return ACTIVATIONS[kind](xp, x)
+
+    def onnx(self, b, ins, ps, st):
+        return ONNX_ACTIVATIONS[self.kind](b, ins[0])
 
     def draw(self, rng, t, is_input):
         kinks = KINKS.get(self.kind, [])
@@ -92,6 +111,9 @@ class Bias(Prim):
     def reference(xp, x, b):
         return x + b.reshape((1, -1) + (1,) * (x.ndim - 2))
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("Add", ins[0], b.channel(ps[0], b.ins[0].rank))
+
 
 @primitive("add")
 class Add(Elementwise):
@@ -115,6 +137,9 @@ class Add(Elementwise):
     def reference(xp, a, b):
         return a + b
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("Add", *ins)
+
 
 @primitive("reshape")
 class Reshape(Prim):
@@ -136,6 +161,9 @@ class Reshape(Prim):
     @staticmethod
     def reference(xp, x, dims):
         return x.reshape(dims)
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Reshape", ins[0], b.shape(b.sym("dims")))
 
 
 @primitive("global_avg_pool")
@@ -166,3 +194,6 @@ class GlobalAvgPool(Prim):
     @staticmethod
     def reference(xp, x):
         return x.mean(axis=(2, 3))
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Flatten", b.op("GlobalAveragePool", ins[0]), axis=1)

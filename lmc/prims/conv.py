@@ -130,6 +130,12 @@ class Conv(Prim):
             raise ShapeError(f"{kernel} does not fit a {h}x{wd} input (output would be {oh}x{ow})")
         return _t(b, o, oh, ow), 2 * b * o * oh * ow * ci * kh * kw
 
+    def onnx(self, b, ins, ps, st):
+        ph0, ph1, pw0, pw1 = self.pad
+        d = self.tap_spacing
+        return b.op("Conv", ins[0], ps[0], strides=[self.stride] * 2, pads=[ph0, pw0, ph1, pw1],
+                    group=self.groups, dilations=[d, d])
+
     @property
     def tap_spacing(self) -> int:
         """Distance between kernel taps: 1 here, `dilation` in dilated_conv."""

@@ -151,6 +151,13 @@ class Conv1d(Prim):
             raise ShapeError(f"a kernel of {k} taps dilated by {self.dilation} does not fit {t} steps")
         return TensorType((b, o, to)), 2 * b * o * to * ci * k
 
+    def onnx(self, b, ins, ps, st):
+        w, groups = ps[0], getattr(self, "groups", 1)
+        if b.pt[0].rank == 2:                              # depthwise [C, K]: [C, 1, K]
+            w, groups = b.op("Unsqueeze", w, b.ints([1])), b.ins[0].dims[1]
+        return b.op("Conv", ins[0], w, dilations=[self.dilation], pads=[self.pad[0], self.pad[1]], group=groups,
+                    strides=[1])
+
     @staticmethod
     def reference(xp, x, w, dilation, pad, groups=1):
         if w.ndim == 2:
@@ -214,6 +221,11 @@ class AvgPool(Prim):
     def reference(xp, x, size, stride, pad):
         return sum(_windows(xp, x, size, stride, pad, 0.0)) / (size * size)
 
+    def onnx(self, b, ins, ps, st):
+        ph0, ph1, pw0, pw1 = self.pad
+        return b.op("AveragePool", ins[0], kernel_shape=[self.size] * 2, strides=[self.stride] * 2,
+                    pads=[ph0, pw0, ph1, pw1], count_include_pad=1)
+
 
 @primitive("channel_shuffle")
 class ChannelShuffle(Prim):
@@ -243,6 +255,12 @@ class ChannelShuffle(Prim):
         b, c, h, w = x.shape
         return xp.transpose(x.reshape(b, groups, c // groups, h, w), (0, 2, 1, 3, 4)).reshape(b, c, h, w)
 
+    def onnx(self, b, ins, ps, st):
+        _, c, h, w = b.ins[0].dims
+        g = self.groups
+        v = b.op("Reshape", ins[0], b.ints([0, g, c // g, h, w]))
+        return b.op("Reshape", b.op("Transpose", v, perm=[0, 2, 1, 3, 4]), b.ints([0, c, h, w]))
+
 
 class _Elementwise(Elementwise):
     """y has x's type; FLOPs 1 per element."""
@@ -269,6 +287,9 @@ class LeakyRelu(_Elementwise):
     def reference(xp, x, alpha):
         return xp.where(x >= 0, x, alpha * x)
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("LeakyRelu", ins[0], alpha=float(self.alpha))
+
 
 @primitive("tanh")
 class Tanh(_Elementwise):
@@ -281,3 +302,6 @@ class Tanh(_Elementwise):
     @staticmethod
     def reference(xp, x):
         return xp.tanh(x)
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Tanh", ins[0])

@@ -26,3 +26,6 @@ class Dense(Prim):
     @staticmethod
     def reference(xp, x, w, b):
         return x @ w + b
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Gemm", ins[0], *ps)

@@ -75,6 +75,9 @@ class BatchNorm(Prim):
         return (x - mean.reshape(shape)) / xp.sqrt(var.reshape(shape) + EPS) * gamma.reshape(shape) \
             + beta.reshape(shape)
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("BatchNormalization", ins[0], *ps, *st, epsilon=EPS)
+
     def draw_state(self, rng, ts):
         mean, var = ts
         return [rng.standard_normal(mean.dims).astype(np.float32),
@@ -123,3 +126,13 @@ class LayerNorm(Prim):
         mu = x.mean(axis=axis, keepdims=True)
         var = ((x - mu) ** 2).mean(axis=axis, keepdims=True)
         return (x - mu) / xp.sqrt(var + EPS) * gamma.reshape(shape) + beta.reshape(shape)
+
+    def onnx(self, b, ins, ps, st):
+        (x,), rank = ins, b.ins[0].rank
+        ax = self.axis % rank
+        if ax == rank - 1:
+            return b.op("LayerNormalization", x, *ps, axis=-1, epsilon=EPS)
+        d = b.op("Sub", x, b.op("ReduceMean", x, axes=[ax]))
+        var = b.op("ReduceMean", b.op("Mul", d, d), axes=[ax])
+        y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, b.const(EPS))))
+        return b.op("Add", b.op("Mul", y, b.channel(ps[0], rank, ax)), b.channel(ps[1], rank, ax))

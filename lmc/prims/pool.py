@@ -64,6 +64,12 @@ class MaxPool(Prim):
             return same_pad(h, self.size, self.stride), same_pad(w, self.size, self.stride)
         return tuple(self.pad[:2]), tuple(self.pad[2:])
 
+    def onnx(self, b, ins, ps, st):
+        h, w = b.ins[0].dims[2:]
+        (ph0, ph1), (pw0, pw1) = self.pads(h, w)
+        return b.op("MaxPool", ins[0], kernel_shape=[self.size] * 2, strides=[self.stride] * 2,
+                    pads=[ph0, pw0, ph1, pw1])
+
     def infer(self, ins, ps):
         (x,) = ins
         if x.rank != 4:

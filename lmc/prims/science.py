@@ -49,6 +49,14 @@ class FourierFeatures(Prim):
         y = xp.stack([xp.sin(a), xp.cos(a)], axis=-1)                    # [..., D, L, 2]
         return y.reshape(x.shape[:-1] + (-1,))
 
+    def onnx(self, b, ins, ps, st):
+        x = b.ins[0]
+        w = np.pi * 2.0 ** np.arange(self.num_frequencies)
+        a = b.op("Mul", b.op("Unsqueeze", ins[0], b.ints([-1])), b.const(w))                 # [..., D, L]
+        y = b.op("Concat", b.op("Unsqueeze", b.op("Sin", a), b.ints([-1])),
+                 b.op("Unsqueeze", b.op("Cos", a), b.ints([-1])), axis=-1)                 # [..., D, L, 2]
+        return b.op("Reshape", y, b.ints([0] * (x.rank - 1) + [-1]))
+
 
 @primitive("rms_norm")
 class RmsNorm(Prim):
@@ -81,6 +89,11 @@ class RmsNorm(Prim):
     @staticmethod
     def reference(xp, x, gamma):
         return x / xp.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5) * gamma
+
+    def onnx(self, b, ins, ps, st):
+        (x,) = ins
+        ms = b.op("ReduceMean", b.op("Mul", x, x), axes=[-1])
+        return b.op("Mul", b.op("Div", x, b.op("Sqrt", b.op("Add", ms, b.const(1e-5)))), ps[0])
 
 
 @primitive("selective_scan")

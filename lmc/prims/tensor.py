@@ -53,6 +53,9 @@ class Concat(Prim):
     def reference(xp, *args, axis):
         return xp.concatenate(args, axis=axis)
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("Concat", *ins, axis=self.axis)
+
 
 @primitive("transpose")
 class Transpose(Prim):
@@ -82,6 +85,9 @@ class Transpose(Prim):
     @staticmethod
     def reference(xp, x, perm):
         return xp.transpose(x, perm)
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Transpose", ins[0], perm=list(self.perm))
 
 
 def _bilinear_taps(n: int, s: int):
@@ -147,6 +153,12 @@ class Upsample(Prim):
         j0, j1, f = _bilinear_taps(w, scale)
         return x[:, :, :, j0] * (1.0 - f) + x[:, :, :, j1] * f
 
+    def onnx(self, b, ins, ps, st):
+        """The separable form with the same constant matrices: A_H · x · A_Wᵀ."""
+        h, w = b.ins[0].dims[2:]
+        y = b.op("MatMul", b.const(_interp_matrix(h, self.scale)), ins[0])
+        return b.op("MatMul", y, b.const(_interp_matrix(w, self.scale).T))
+
 
 @primitive("scale")
 class Scale(Prim):
@@ -162,6 +174,9 @@ class Scale(Prim):
     @staticmethod
     def reference(xp, x, s):
         return x * s.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Mul", ins[0], b.channel(ps[0], b.ins[0].rank))
 
 
 @primitive("channel_matmul")
@@ -189,6 +204,15 @@ class ChannelMatmul(Prim):
     @staticmethod
     def reference(xp, x, w):
         return xp.einsum("oc,bc...->bo...", w, x)
+
+    def onnx(self, b, ins, ps, st):
+        r = b.ins[0].rank
+        wt = b.op("Transpose", ps[0], perm=[1, 0])
+        if r == 2:
+            return b.op("MatMul", ins[0], wt)
+        to_last = [0] + list(range(2, r)) + [1]
+        y = b.op("MatMul", b.op("Transpose", ins[0], perm=to_last), wt)
+        return b.op("Transpose", y, perm=[0, r - 1] + list(range(1, r - 1)))
 
 
 @primitive("linear")
@@ -218,6 +242,10 @@ class Linear(Prim):
     @staticmethod
     def reference(xp, x, w, b=None):
         return x @ w if b is None else x @ w + b
+
+    def onnx(self, b, ins, ps, st):
+        y = b.op("MatMul", ins[0], ps[0])
+        return y if len(ps) == 1 else b.op("Add", y, ps[1])
 
 
 @primitive("slice")
@@ -252,6 +280,10 @@ class Slice(Prim):
     @staticmethod
     def reference(xp, x, start, limit):
         return x[tuple(slice(a, b) for a, b in zip(start, limit))]
+
+    def onnx(self, b, ins, ps, st):
+        axes = list(range(len(self.start)))
+        return b.op("Slice", ins[0], b.shape(b.sym("start")), b.shape(b.sym("limit")), b.ints(axes))
 
 
 def _broadcast(a: TensorType, out: TensorType) -> dict:
@@ -299,6 +331,9 @@ class Broadcast(Prim):
     def reference(xp, a, dims):
         return xp.broadcast_to(a, tuple(dims))
 
+    def onnx(self, b, ins, ps, st):
+        return b.op("Expand", (list(ins) + list(ps))[0], b.shape(b.sym("dims")))
+
 
 @primitive("mul")
 class Mul(Prim):
@@ -334,6 +369,9 @@ class Mul(Prim):
     @staticmethod
     def reference(xp, a, b):
         return a * b
+
+    def onnx(self, b, ins, ps, st):
+        return b.op("Mul", *ins)
 
 
 @primitive("roll")
@@ -376,3 +414,16 @@ class Roll(Prim):
     @staticmethod
     def reference(xp, x, shifts, axes):
         return xp.roll(x, tuple(shifts), axis=tuple(axes))
+
+    def onnx(self, b, ins, ps, st):
+        """Each axis's roll as the concatenation of two slices: y = [x[n−s:], x[:n−s]]."""
+        y = ins[0]
+        big = 2 ** 62
+        for s, a in zip(self.shifts, self.axes):
+            n = b.ins[0].dims[a]
+            p = (n - s) % n
+            if p:
+                hi = b.op("Slice", y, b.ints([p]), b.ints([big]), b.ints([a]))
+                lo = b.op("Slice", y, b.ints([0]), b.ints([p]), b.ints([a]))
+                y = b.op("Concat", hi, lo, axis=a)
+        return y

@@ -29,7 +29,6 @@ import zipfile
 import hashlib
 import json
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,32 +142,32 @@ def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
     return tensors, meta
 
 
-_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+def safetensors_module(what: str):
+    """The `safetensors` package (an optional extra), or a CheckpointError naming the extra."""
+    try:
+        import safetensors.numpy
+    except ImportError:
+        raise CheckpointError(f"{what} needs the safetensors package",
+                              hint="pip install 'lmc[export]'") from None
+    return safetensors
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
-    """safetensors: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
-    then the data.  F32, F64, F16 and BF16 are read (BF16 widened exactly to F32)."""
-    raw = path.read_bytes()
+    """A .safetensors file through the safetensors package.  Float tensors of any width are
+    accepted (F16/BF16/F64 are widened or narrowed to float32 where they are used); the lmc
+    metadata, when the file has one, is the `__lmc__` entry of its header metadata."""
+    st = safetensors_module(f"reading {path}")
     try:
-        (n,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8:8 + n])
-    except (struct.error, ValueError):
-        raise CheckpointError(f"{path}: not a safetensors file (unreadable header)") from None
-    data = memoryview(raw)[8 + n:]
-    meta_raw = header.pop("__metadata__", None) or {}
-    out = {}
-    for name, info in header.items():
-        b, e = info["data_offsets"]
-        buf = bytes(data[b:e])
-        shape = tuple(info["shape"])
-        if info["dtype"] == "BF16":
-            a = (np.frombuffer(buf, "<u2").astype(np.uint32) << 16).view(np.float32)
-        elif info["dtype"] in _ST_DTYPES:
-            a = np.frombuffer(buf, np.dtype(_ST_DTYPES[info["dtype"]]).newbyteorder("<"))
-        else:
-            raise CheckpointError(f"{path}: tensor {name!r} has dtype {info['dtype']}; expected a float type")
-        out[name] = a.reshape(shape)
+        with st.safe_open(str(path), framework="numpy") as f:
+            meta_raw = f.metadata() or {}
+            out = {k: f.get_tensor(k) for k in f.keys()}
+    except (OSError, ValueError, TypeError, st.SafetensorError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    for name, a in out.items():
+        if not np.issubdtype(a.dtype, np.floating) and a.dtype.name != "bfloat16":
+            raise CheckpointError(f"{path}: tensor {name!r} has dtype {a.dtype}; expected a float type")
+        if a.dtype.name == "bfloat16":
+            out[name] = a.astype(np.float32)          # exact: bf16 is the top half of an f32
     meta = None
     if META_KEY in meta_raw:
         try:

@@ -1,0 +1,258 @@
+"""`lmc import SPEC WEIGHTS --from torchvision -o CKPT`: a published model's state_dict → an lmc
+checkpoint, table-driven (no torch needed: a `.safetensors` file is read with the safetensors
+package; a `.pth` only when torch happens to be installed, imported then and only then).
+
+The mapping (docs/export.md, "Importing published weights"):
+1. the library's tensors in its module order.  A safetensors file keeps no order, so the order
+   is rebuilt from the names: numeric path parts by value, the rest by the library's child
+   order (`CHILD_ORDER`: the registration order of every child module that holds weights, over
+   the models the table covers), a module's own tensors (`LEAF_ORDER`) before its children's;
+2. tensors that are no weight (`NOT_WEIGHTS`) dropped; a fused q‖k‖v in-projection split in
+   three; the tensors lmc's parameter order puts elsewhere moved (`MOVES`);
+3. the weights filled into lmc's parameters and the BN running statistics into its state, in
+   order, each converted (`convert`: linear weights transposed, a 1×1 conv held as a dense
+   flattened, BN variance shifted for the library's ε, Swin's relative-position table scaled),
+   its shape checked; lmc tensors the library has no counterpart for get the value that makes
+   them the identity (`EXTRA`).
+A library tensor left over, an lmc tensor left unfilled, or a shape that differs is an error
+naming the tensor."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmc.core.errors import ExportError
+from lmc.prims.norm import EPS
+from lmc.run.checkpoint import safetensors_module, save_checkpoint
+
+SOURCES = ("torchvision",)
+
+# tensors torch keeps that are no weight: a step counter, and Swin's constant index of its
+# relative position table (lmc's window_bias primitive builds the same index in-graph)
+NOT_WEIGHTS = re.compile(r"(num_batches_tracked|relative_position_index)$")
+
+# library tensors that lmc's parameter order puts elsewhere: (pattern, the name it follows)
+MOVES = [
+    (r"class_token", "conv_proj.bias"),                                   # ViT: cls after the patch conv
+    (r"(.*)\.layer_scale", r"\1.block.5.bias"),                           # ConvNeXt: γ after the 2nd 1×1
+    (r"(.*)\.relative_position_bias_table", r"\1.proj.bias"),             # Swin: table after the out proj
+    (r"(.*)\.reduction\.weight", r"\1.norm.bias"),                        # Swin merge: LN, then linear
+    (r"(.*)\.([qkv])\.bias", r"\1.\2.weight"),                             # ViT: q.w, q.b, k.w, k.b, …
+]
+
+# lmc tensors the library has no counterpart for, and the value that makes them the identity
+EXTRA = {r"patch_merging\.bias$": 0.0}     # the Lean kit's bias on Swin's merge reduction
+
+# torchvision's child modules that hold weights, in an order consistent with every model's
+# registration order (resnet, mobilenet v2/v3, efficientnet v1/v2, convnext, swin, vit, shufflenet)
+CHILD_ORDER = ["conv1", "features", "conv", "block", "fc1", "norm1", "qkv", "reduction", "branch1", "conv_proj",
+               "layers", "ln_1", "out_proj", "bn1", "stage2", "classifier", "fc2", "attn", "proj", "norm", "branch2",
+               "encoder", "ln", "self_attention", "layer1", "conv2", "stage3", "norm2", "head", "heads", "ln_2",
+               "layer2", "bn2", "stage4", "mlp", "layer3", "conv3", "conv5", "layer4", "bn3", "fc", "downsample"]
+# a module's own tensors, in registration order (parameters, then buffers)
+LEAF_ORDER = ["class_token", "weight", "in_proj_weight", "bias", "in_proj_bias", "pos_embedding", "layer_scale",
+              "relative_position_bias_table", "running_mean", "running_var", "num_batches_tracked",
+              "relative_position_index"]
+# torchvision models whose batch norms do not use torch's ε = 1e-5
+BN_EPS = {"mobilenet_v3_large": 1e-3, "mobilenet_v3_small": 1e-3, "efficientnet_v2_s": 1e-3,
+          "efficientnet_v2_m": 1e-3, "efficientnet_v2_l": 1e-3}
+TORCH_BN_EPS = 1e-5
+
+
+def module_order(names) -> list[str]:
+    """The library's state_dict order of `names` (see the module docstring, step 1); a name
+    with a part the table does not know is refused naming it."""
+    def part(k: str, c: str, leaf: bool):
+        if leaf:
+            if c not in LEAF_ORDER:
+                raise ExportError(f"tensor {k!r}: {c!r} is not a tensor the torchvision table knows")
+            return (0, LEAF_ORDER.index(c))
+        m = re.fullmatch(r"(?:encoder_layer_)?(\d+)", c)
+        if m:
+            return (1, int(m.group(1)))
+        if c not in CHILD_ORDER:
+            raise ExportError(f"tensor {k!r}: module {c!r} is not one the torchvision table knows",
+                              hint="lmc import knows torchvision's resnet, mobilenet v2/v3, efficientnet, convnext, "
+                                   "swin, vit and shufflenet v2 layouts (docs/export.md)")
+        return (2, CHILD_ORDER.index(c))
+
+    def key(k: str):
+        ps = k.split(".")
+        return [part(k, c, False) for c in ps[:-1]] + [part(k, ps[-1], True)]
+    return sorted(names, key=key)
+
+
+def _kind(name: str, a: np.ndarray) -> str:
+    """How a library tensor's layout differs from lmc's, from its name and rank."""
+    leaf = name.rpartition(".")[2]
+    if leaf == "weight" and a.ndim == 2:
+        return "linear"
+    if leaf == "weight" and a.ndim == 4:
+        return "conv"
+    if leaf == "running_var":
+        return "bn_var"
+    if leaf == "relative_position_bias_table":
+        return "rel_table"
+    return "plain"
+
+
+def convert(kind: str, a: np.ndarray, s: tuple, head_dim: int | None, bn_eps: float) -> np.ndarray:
+    """One library tensor → the lmc tensor it becomes (s: lmc's shape)."""
+    if kind == "linear":                       # torch (out, in); lmc dense/linear (in, out),
+        return a.T if len(s) == 2 else a.reshape(s) if a.size == math.prod(s) else a   # ConvNeXt's 1×1 convs
+    if kind == "conv" and len(s) == 2:         # a 1×1 conv that lmc holds as a dense (in, out)
+        return a.reshape(a.shape[:2]).T if a.shape[2:] == (1, 1) else a
+    if kind == "bn_var":
+        # lmc's batch norm has the Lean kit's ε = 1e-5; in eval, (σ² + ε_lib) = (σ²' + ε_lmc)
+        # exactly for σ²' = σ² + ε_lib − ε_lmc
+        a = (a.astype(np.float64) + bn_eps - EPS).astype(np.float32)
+    if kind == "rel_table":
+        # lmc adds the bias before softmax's 1/√dh scale (docs/layers.md, swin_stage): its table
+        # is torchvision's times √dh
+        a = a * np.float32(math.sqrt(head_dim))
+    # same layout up to singleton axes (class token [1, 1, D], positions [1, N, D], layer scale
+    # [C, 1, 1]); anything else is left as it is, for the shape check to refuse
+    same = tuple(d for d in a.shape if d != 1) == tuple(d for d in s if d != 1)
+    return a.reshape(s) if same else a
+
+
+def _extra(t) -> float | None:
+    return next((v for p, v in EXTRA.items() if re.search(p, t.name)), None)
+
+
+def map_state_dict(sd: dict[str, np.ndarray], net, bn_eps: float = TORCH_BN_EPS, source: str = "torchvision"):
+    """A torchvision state_dict (name → array, any order) → lmc's (params, state) in train-step
+    argument order.  Every library tensor is used exactly once (NOT_WEIGHTS aside) and every
+    lmc tensor set exactly once (EXTRA aside); anything else is an ExportError naming it."""
+    if source not in SOURCES:
+        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+    flat = {}
+    for k in module_order(list(sd)):
+        if NOT_WEIGHTS.search(k):
+            continue
+        if not (np.issubdtype(sd[k].dtype, np.floating) or sd[k].dtype.name == "bfloat16"):
+            raise ExportError(f"{source} tensor {k!r} has dtype {sd[k].dtype}; expected a float tensor")
+        v = np.asarray(sd[k], np.float32)
+        owner, _, leaf = k.rpartition(".")
+        if leaf.startswith("in_proj_"):            # fused q‖k‖v rows: lmc's q, k, v linears
+            if v.shape[0] % 3:
+                raise ExportError(f"tensor {k!r} {list(v.shape)}: a fused q/k/v projection needs 3·D rows")
+            for part, rows in zip("qkv", np.split(v, 3)):
+                flat[f"{owner}.{part}.{leaf[len('in_proj_'):]}"] = rows
+        else:
+            flat[k] = v
+    names = list(flat)
+    for pat, after in MOVES:
+        for k in [k for k in names if re.fullmatch(pat, k)]:
+            target = re.sub(pat, after, k)
+            if target not in names:
+                raise ExportError(f"tensor {k!r}: expected {target!r} next to it (the torchvision layout)")
+            names.remove(k)
+            names.insert(names.index(target) + 1, k)
+    buffers = [k for k in names if k.endswith(("running_mean", "running_var"))]
+    weights = [k for k in names if k not in buffers]
+
+    def head_dim(k):
+        owner = k.rpartition(".")[0]
+        proj = flat.get(f"{owner}.proj.weight")
+        return proj.shape[1] // flat[k].shape[1] if proj is not None else None
+
+    def fill(targets, sources):
+        out, i = [], 0
+
+        def extras():
+            nonlocal i
+            while i < len(targets) and _extra(targets[i]) is not None:
+                out.append(np.full(targets[i].type.dims, _extra(targets[i]), np.float32))
+                i += 1
+
+        for k in sources:
+            extras()
+            if i >= len(targets):
+                raise ExportError(f"{source} tensor {k!r} {list(flat[k].shape)} has no lmc tensor left to go to",
+                                  hint="is the state_dict of another model than the spec's? `lmc info --params "
+                                       "SPEC` lists lmc's tensors")
+            t = targets[i]
+            kind = _kind(k, flat[k])
+            a = convert(kind, flat[k], tuple(t.type.dims), head_dim(k) if kind == "rel_table" else None, bn_eps)
+            if a.shape != tuple(t.type.dims):
+                raise ExportError(f"{source} tensor {k!r} {list(flat[k].shape)} does not fit lmc's {t.name} "
+                                  f"{list(t.type.dims)}", hint="is the state_dict of another model (or width, "
+                                                               "or class count) than the spec's?")
+            out.append(np.ascontiguousarray(a, np.float32))
+            i += 1
+        extras()
+        if i < len(targets):
+            left = [t.name for t in targets[i:]]
+            raise ExportError(f"lmc tensor{'s' if len(left) > 1 else ''} {', '.join(left[:5])}"
+                              f"{' …' if len(left) > 5 else ''} got no {source} tensor (the state_dict has "
+                              f"too few)", hint="is the state_dict of another model than the spec's?")
+        return out
+
+    return fill(net.params, weights), fill(net.state, buffers)
+
+
+def read_state_dict(path: Path) -> dict[str, np.ndarray]:
+    """A state_dict saved as .safetensors (the safetensors package), or .pth/.pt when torch is
+    installed (imported here only; lmc never requires it)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        st = safetensors_module(f"reading {path}")
+        if not path.is_file():
+            raise ExportError(f"no such file: {path}")
+        try:
+            return dict(st.numpy.load_file(str(path)))       # int tensors too (num_batches_tracked)
+        except (OSError, ValueError, TypeError, st.SafetensorError) as e:
+            raise ExportError(f"{path}: not a readable safetensors file ({e})") from None
+    if path.suffix in (".pth", ".pt"):
+        try:
+            import torch
+        except ImportError:
+            raise ExportError(f"{path}: reading a .pth file needs PyTorch, which lmc does not require",
+                              hint="save the state_dict as safetensors instead: safetensors.torch.save_file("
+                                   "model.state_dict(), 'w.safetensors')") from None
+        if not path.is_file():
+            raise ExportError(f"no such file: {path}")
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:          # torch raises many kinds for a file it cannot read
+            raise ExportError(f"{path}: not a readable PyTorch file ({str(e).splitlines()[0][:200]})") from None
+        for key in ("state_dict", "model"):
+            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
+                sd = sd[key]
+        if not isinstance(sd, dict) or not all(hasattr(v, "numpy") for v in sd.values()):
+            raise ExportError(f"{path}: expected a state_dict (a dict of tensors)")
+        return {k: v.detach().float().numpy() for k, v in sd.items()}
+    raise ExportError(f"{path}: expected a .safetensors (or, with torch installed, .pth) state_dict")
+
+
+@dataclass
+class Imported:
+    path: Path
+    n_params: int
+    n_state: int
+    bn_eps: float
+
+
+def import_weights(net, weights: Path, source: str, out: Path, model: str | None = None) -> Imported:
+    """`lmc import`: read `weights`, map them onto `net`, write an lmc checkpoint to `out`.
+    `model`: the library's model name (default: the spec's name), which sets the library's BN ε."""
+    if source not in SOURCES:
+        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+    out = Path(out)
+    if out.suffix != ".npz":
+        raise ExportError(f"-o {out}: an lmc checkpoint is a .npz file")
+    name = model or net.spec.name.replace("-", "_").lower()
+    if model is not None and not re.fullmatch(r"[a-z0-9_]+", model):
+        raise ExportError(f"--model {model!r}: expected a torchvision model name (e.g. mobilenet_v3_large)")
+    bn_eps = BN_EPS.get(name, TORCH_BN_EPS)
+    sd = read_state_dict(Path(weights))
+    params, state = map_state_dict(sd, net, bn_eps, source)
+    meta = {"step": 0, "epoch": 0, "batch": 0, "imported_from": str(weights), "source": source, "model": name,
+            "bn_eps": bn_eps}
+    save_checkpoint(out, net, [], params, [], state, meta)
+    return Imported(out, len(params), len(state), bn_eps)
