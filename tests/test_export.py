@@ -443,3 +443,17 @@ def test_import_arguments_and_pth(ckpt, tmp_path, monkeypatch):
     r = run("import", spec, tmp_path / "w.pth", "--from", "torchvision", "-o", tmp_path / "ck.npz")
     assert r.exit_code == 0, r.output
     assert np.array_equal(load_init(tmp_path / "ck.npz", net).params[3], sd["classifier.weight"].T)
+
+
+def test_timm_table_splits_the_fused_qkv_and_orders_by_name():
+    """timm's module order rebuilt from the names alone (cls and position tokens first, numeric
+    block indices by value); a module the table does not know is refused naming it.  (The fused
+    q‖k‖v split and the values: test_published's timm ViT, slow.)"""
+    from lmc.export.published import TIMM, module_order
+    names = ["head.weight", "blocks.1.attn.qkv.weight", "pos_embed", "blocks.0.norm1.weight", "cls_token",
+             "blocks.10.attn.qkv.bias", "patch_embed.proj.weight", "norm.bias", "blocks.0.mlp.fc2.weight"]
+    assert module_order(names, TIMM) == ["cls_token", "pos_embed", "patch_embed.proj.weight", "blocks.0.norm1.weight",
+                                         "blocks.0.mlp.fc2.weight", "blocks.1.attn.qkv.weight",
+                                         "blocks.10.attn.qkv.bias", "norm.bias", "head.weight"]
+    with pytest.raises(Exception, match="module 'layers' is not one the timm table knows"):
+        module_order(["layers.0.blocks.0.norm1.weight"], TIMM)

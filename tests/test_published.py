@@ -113,11 +113,14 @@ def neutralise(torch, model):
     """The seed's deliberate deviations (reference layers.md §1, docs/layers.md), applied to
     torch's model: GELU in its tanh form (torchvision: exact erf), LayerNorm ε = 1e-5
     (torchvision's ViT and ConvNeXt: 1e-6).  BN's ε is neutralised by weights (_convert)."""
-    for m in model.modules():
+    for m in list(model.modules()):
         if isinstance(m, torch.nn.GELU):
             m.approximate = "tanh"
         if isinstance(m, torch.nn.LayerNorm):
             m.eps = 1e-5
+        for name, c in list(m.named_children()):       # timm's own GELU module (F.gelu, exact)
+            if type(c).__name__ == "GELU" and not isinstance(c, torch.nn.GELU):
+                setattr(m, name, torch.nn.GELU(approximate="tanh"))
 
 
 @pytest.mark.parametrize("stem", sorted(NETS))
@@ -175,9 +178,15 @@ def test_the_mapper_uses_every_tensor_exactly_once():
         map_weights(torch, model, net)
 
 
-@pytest.mark.parametrize("stem", sorted(NETS))
-def test_lmc_import_matches_torchvision(stem, tmp_path, capsys):
-    """`lmc import`: torchvision's model (random weights and BN statistics) saved as a safetensors
+# spec stem → (timm model, input side lmc is lowered at): the timm layouts lmc import covers
+TIMM_NETS = {"resnet18": ("resnet18", 64), "resnet34": ("resnet34", 64), "resnet50": ("resnet50", 64),
+             "convnext_tiny": ("convnext_tiny", 64), "vit_tiny": ("vit_tiny_patch16_224", 224)}
+
+
+@pytest.mark.parametrize("source,stem", [("torchvision", s) for s in sorted(NETS)] +
+                         [("timm", s) for s in sorted(TIMM_NETS)])
+def test_lmc_import_matches_the_library(source, stem, tmp_path, capsys):
+    """`lmc import`: the library's model (random weights and BN statistics) saved as a safetensors
     state_dict, imported by the command, scored through lmc's compiled @forward from the
     checkpoint it wrote: torch's eval logits within this file's tolerance."""
     torch, tv = _tv()
@@ -187,16 +196,21 @@ def test_lmc_import_matches_torchvision(stem, tmp_path, capsys):
     from lmc.graph.infer import infer
     from lmc.run.checkpoint import load_init
     from lmc.spec.netspec import load_spec
-    build, side = NETS[stem]
     torch.manual_seed(0)
-    model = build(tv).eval()
+    if source == "timm":
+        timm = pytest.importorskip("timm")
+        name, side = TIMM_NETS[stem]
+        model = timm.create_model(name, pretrained=False, num_classes=10).eval()
+    else:
+        build, side = NETS[stem]
+        model = build(tv).eval()
     randomise(torch, model, seed=3)
     neutralise(torch, model)
     st.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors"))
     spec = tmp_path / f"{stem}.yaml"
     spec.write_text((ROOT / "specs" / f"{stem}.yaml").read_text()
                     .replace("height: 224, width: 224", f"height: {side}, width: {side}"))
-    r = CliRunner().invoke(app, ["import", str(spec), str(tmp_path / "w.safetensors"), "--from", "torchvision",
+    r = CliRunner().invoke(app, ["import", str(spec), str(tmp_path / "w.safetensors"), "--from", source,
                                  "-o", str(tmp_path / "ck.npz")])
     assert r.exit_code == 0, r.output
     net = infer(load_spec(spec), 2)
@@ -207,5 +221,5 @@ def test_lmc_import_matches_torchvision(stem, tmp_path, capsys):
     y, c, _ = lmc_forward(net, got.params, got.state, x)
     diff, tol = float(np.abs(y - ref).max()), 2e-5 * (1 + float(np.abs(ref).max()))
     with capsys.disabled():
-        print(f"\nimport {stem}@{side}: max|diff| {diff:.3g}, tol {tol:.3g}")
+        print(f"\nimport {source} {stem}@{side}: max|diff| {diff:.3g}, tol {tol:.3g}")
     assert diff <= tol

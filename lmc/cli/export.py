@@ -46,11 +46,11 @@ def export(spec: SpecArg,
 @app.command("import", cls=_Command)
 def import_cmd(spec: SpecArg,
                weights: Annotated[Path, typer.Argument(help="The library model's state_dict: a .safetensors file (or a .pth when PyTorch is installed).", show_default=False)],
-               source: Annotated[str, typer.Option("--from", help="The library the state_dict comes from: torchvision.")],
+               source: Annotated[str, typer.Option("--from", help="The library the state_dict comes from: torchvision or timm (the models each covers: docs/export.md).")],
                output: Annotated[Path, typer.Option("-o", "--output", help="The lmc checkpoint to write (.npz): `--init` for train, eval and export.")],
                model: Annotated[Optional[str], typer.Option(help="The library's model name, e.g. mobilenet_v3_large (default: the spec's name); it decides the library's batch-norm ε.")] = None,
                set: SetOpt = None) -> None:
-    """Import published weights: map a torchvision state_dict onto SPEC's tensors (every name and shape checked) and write an lmc checkpoint with the BN statistics."""
+    """Import published weights: map a torchvision or timm state_dict onto SPEC's tensors (every name and shape checked) and write an lmc checkpoint with the BN statistics."""
     with user_errors():
         net = _load(spec, set, 1)
         r = import_weights(net, weights, source, output, model)

@@ -1,14 +1,14 @@
-"""`lmc import SPEC WEIGHTS --from torchvision -o CKPT`: a published model's state_dict → an lmc
+"""`lmc import SPEC WEIGHTS --from torchvision|timm -o CKPT`: a published model's state_dict → an lmc
 checkpoint, table-driven (no torch needed: a `.safetensors` file is read with the safetensors
 package; a `.pth` only when torch happens to be installed, imported then and only then).
 
 The mapping (docs/export.md, "Importing published weights"):
 1. the library's tensors in its module order.  A safetensors file keeps no order, so the order
    is rebuilt from the names: numeric path parts by value, the rest by the library's child
-   order (`CHILD_ORDER`: the registration order of every child module that holds weights, over
-   the models the table covers), a module's own tensors (`LEAF_ORDER`) before its children's;
+   order (`Library.child_order`: the registration order of every child module that holds weights, over
+   the models the table covers), a module's own tensors (`leaf_order`) before its children's;
 2. tensors that are no weight (`NOT_WEIGHTS`) dropped; a fused q‖k‖v in-projection split in
-   three; the tensors lmc's parameter order puts elsewhere moved (`MOVES`);
+   three; the tensors lmc's parameter order puts elsewhere moved (`moves`);
 3. the weights filled into lmc's parameters and the BN running statistics into its state, in
    order, each converted (`convert`: linear weights transposed, a 1×1 conv held as a dense
    flattened, BN variance shifted for the library's ε, Swin's relative-position table scaled),
@@ -29,56 +29,85 @@ from lmc.core.errors import ExportError
 from lmc.prims.norm import EPS
 from lmc.run.checkpoint import safetensors_module, save_checkpoint
 
-SOURCES = ("torchvision",)
+@dataclass(frozen=True)
+class Library:
+    """How one library lays out its state_dicts (the module docstring's steps)."""
+    name: str
+    covers: str                    # the models its table is checked on (for messages and docs)
+    child_order: tuple[str, ...]   # child modules that hold weights, consistent with every model's order
+    leaf_order: tuple[str, ...]    # a module's own tensors, in registration order (parameters, then buffers)
+    moves: tuple = ()              # (pattern, the name it follows in lmc's order)
+    split_qkv: bool = False        # `….qkv.weight` [3D, D] is lmc's separate q, k, v linears
+    bn_eps: dict = None            # model name → its batch norms' ε, where not torch's 1e-5
+
 
 # tensors torch keeps that are no weight: a step counter, and Swin's constant index of its
 # relative position table (lmc's window_bias primitive builds the same index in-graph)
 NOT_WEIGHTS = re.compile(r"(num_batches_tracked|relative_position_index)$")
 
-# library tensors that lmc's parameter order puts elsewhere: (pattern, the name it follows)
-MOVES = [
-    (r"class_token", "conv_proj.bias"),                                   # ViT: cls after the patch conv
-    (r"(.*)\.layer_scale", r"\1.block.5.bias"),                           # ConvNeXt: γ after the 2nd 1×1
-    (r"(.*)\.relative_position_bias_table", r"\1.proj.bias"),             # Swin: table after the out proj
-    (r"(.*)\.reduction\.weight", r"\1.norm.bias"),                        # Swin merge: LN, then linear
-    (r"(.*)\.([qkv])\.bias", r"\1.\2.weight"),                             # ViT: q.w, q.b, k.w, k.b, …
-]
-
 # lmc tensors the library has no counterpart for, and the value that makes them the identity
 EXTRA = {r"patch_merging\.bias$": 0.0}     # the Lean kit's bias on Swin's merge reduction
-
-# torchvision's child modules that hold weights, in an order consistent with every model's
-# registration order (resnet, mobilenet v2/v3, efficientnet v1/v2, convnext, swin, vit, shufflenet)
-CHILD_ORDER = ["conv1", "features", "conv", "block", "fc1", "norm1", "qkv", "reduction", "branch1", "conv_proj",
-               "layers", "ln_1", "out_proj", "bn1", "stage2", "classifier", "fc2", "attn", "proj", "norm", "branch2",
-               "encoder", "ln", "self_attention", "layer1", "conv2", "stage3", "norm2", "head", "heads", "ln_2",
-               "layer2", "bn2", "stage4", "mlp", "layer3", "conv3", "conv5", "layer4", "bn3", "fc", "downsample"]
-# a module's own tensors, in registration order (parameters, then buffers)
-LEAF_ORDER = ["class_token", "weight", "in_proj_weight", "bias", "in_proj_bias", "pos_embedding", "layer_scale",
-              "relative_position_bias_table", "running_mean", "running_var", "num_batches_tracked",
-              "relative_position_index"]
-# torchvision models whose batch norms do not use torch's ε = 1e-5
-BN_EPS = {"mobilenet_v3_large": 1e-3, "mobilenet_v3_small": 1e-3, "efficientnet_v2_s": 1e-3,
-          "efficientnet_v2_m": 1e-3, "efficientnet_v2_l": 1e-3}
 TORCH_BN_EPS = 1e-5
 
+QKV_BIAS_MOVE = (r"(.*)\.([qkv])\.bias", r"\1.\2.weight")          # q.w, q.b, k.w, k.b, …
 
-def module_order(names) -> list[str]:
+TORCHVISION = Library(
+    "torchvision", "resnet, mobilenet v2/v3, efficientnet v1/v2, convnext, swin, vit, shufflenet v2",
+    child_order=("conv1", "features", "conv", "block", "fc1", "norm1", "qkv", "reduction", "branch1", "conv_proj",
+                 "layers", "ln_1", "out_proj", "bn1", "stage2", "classifier", "fc2", "attn", "proj", "norm",
+                 "branch2", "encoder", "ln", "self_attention", "layer1", "conv2", "stage3", "norm2", "head", "heads",
+                 "ln_2", "layer2", "bn2", "stage4", "mlp", "layer3", "conv3", "conv5", "layer4", "bn3", "fc",
+                 "downsample"),
+    leaf_order=("class_token", "weight", "in_proj_weight", "bias", "in_proj_bias", "pos_embedding", "layer_scale",
+                "relative_position_bias_table", "running_mean", "running_var", "num_batches_tracked",
+                "relative_position_index"),
+    moves=((r"class_token", "conv_proj.bias"),                                  # ViT: cls after the patch conv
+           (r"(.*)\.layer_scale", r"\1.block.5.bias"),                          # ConvNeXt: γ after the 2nd 1×1
+           (r"(.*)\.relative_position_bias_table", r"\1.proj.bias"),            # Swin: table after the out proj
+           (r"(.*)\.reduction\.weight", r"\1.norm.bias"),                       # Swin merge: LN, then linear
+           QKV_BIAS_MOVE),
+    bn_eps={"mobilenet_v3_large": 1e-3, "mobilenet_v3_small": 1e-3, "efficientnet_v2_s": 1e-3,
+            "efficientnet_v2_m": 1e-3, "efficientnet_v2_l": 1e-3})
+
+TIMM = Library(
+    "timm", "resnet, vit, convnext",
+    child_order=("conv1", "bn1", "layer1", "layer2", "layer3", "layer4", "conv2", "bn2", "conv3", "bn3",
+                 "downsample", "patch_embed", "stem", "stages", "blocks", "conv_dw", "norm1", "attn", "qkv", "proj",
+                 "norm2", "norm", "mlp", "fc1", "fc2", "head", "fc"),
+    leaf_order=("gamma", "cls_token", "pos_embed", "weight", "bias", "running_mean", "running_var",
+                "num_batches_tracked"),
+    moves=((r"cls_token", "patch_embed.proj.bias"),                           # ViT: cls, then positions,
+           (r"pos_embed", "cls_token"),                                       # after the patch conv
+           (r"(.*)\.gamma", r"\1.mlp.fc2.bias"),                               # ConvNeXt: γ after the 2nd 1×1
+           QKV_BIAS_MOVE),
+    split_qkv=True, bn_eps={})
+
+LIBRARIES = {"torchvision": TORCHVISION, "timm": TIMM}
+SOURCES = tuple(LIBRARIES)
+BN_EPS = TORCHVISION.bn_eps
+
+
+def library(source: str) -> Library:
+    if source not in LIBRARIES:
+        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+    return LIBRARIES[source]
+
+
+def module_order(names, lib: Library = TORCHVISION) -> list[str]:
     """The library's state_dict order of `names` (see the module docstring, step 1); a name
     with a part the table does not know is refused naming it."""
     def part(k: str, c: str, leaf: bool):
         if leaf:
-            if c not in LEAF_ORDER:
-                raise ExportError(f"tensor {k!r}: {c!r} is not a tensor the torchvision table knows")
-            return (0, LEAF_ORDER.index(c))
+            if c not in lib.leaf_order:
+                raise ExportError(f"tensor {k!r}: {c!r} is not a tensor the {lib.name} table knows")
+            return (0, lib.leaf_order.index(c))
         m = re.fullmatch(r"(?:encoder_layer_)?(\d+)", c)
         if m:
             return (1, int(m.group(1)))
-        if c not in CHILD_ORDER:
-            raise ExportError(f"tensor {k!r}: module {c!r} is not one the torchvision table knows",
-                              hint="lmc import knows torchvision's resnet, mobilenet v2/v3, efficientnet, convnext, "
-                                   "swin, vit and shufflenet v2 layouts (docs/export.md)")
-        return (2, CHILD_ORDER.index(c))
+        if c not in lib.child_order:
+            raise ExportError(f"tensor {k!r}: module {c!r} is not one the {lib.name} table knows",
+                              hint=f"lmc import knows {lib.name}'s {lib.covers} layouts (docs/export.md)")
+        return (2, lib.child_order.index(c))
 
     def key(k: str):
         ps = k.split(".")
@@ -125,32 +154,33 @@ def _extra(t) -> float | None:
 
 
 def map_state_dict(sd: dict[str, np.ndarray], net, bn_eps: float = TORCH_BN_EPS, source: str = "torchvision"):
-    """A torchvision state_dict (name → array, any order) → lmc's (params, state) in train-step
+    """A library's state_dict (name → array, any order) → lmc's (params, state) in train-step
     argument order.  Every library tensor is used exactly once (NOT_WEIGHTS aside) and every
     lmc tensor set exactly once (EXTRA aside); anything else is an ExportError naming it."""
-    if source not in SOURCES:
-        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+    lib = library(source)
     flat = {}
-    for k in module_order(list(sd)):
+    for k in module_order(list(sd), lib):
         if NOT_WEIGHTS.search(k):
             continue
         if not (np.issubdtype(sd[k].dtype, np.floating) or sd[k].dtype.name == "bfloat16"):
             raise ExportError(f"{source} tensor {k!r} has dtype {sd[k].dtype}; expected a float tensor")
         v = np.asarray(sd[k], np.float32)
         owner, _, leaf = k.rpartition(".")
-        if leaf.startswith("in_proj_"):            # fused q‖k‖v rows: lmc's q, k, v linears
+        fused = leaf.startswith("in_proj_") or (lib.split_qkv and owner.rpartition(".")[2] == "qkv")
+        if fused:                                  # fused q‖k‖v rows: lmc's q, k, v linears
             if v.shape[0] % 3:
                 raise ExportError(f"tensor {k!r} {list(v.shape)}: a fused q/k/v projection needs 3·D rows")
+            stem, end = (owner, leaf[len("in_proj_"):]) if leaf.startswith("in_proj_") else (owner[:-4], leaf)
             for part, rows in zip("qkv", np.split(v, 3)):
-                flat[f"{owner}.{part}.{leaf[len('in_proj_'):]}"] = rows
+                flat[f"{stem}.{part}.{end}"] = rows
         else:
             flat[k] = v
     names = list(flat)
-    for pat, after in MOVES:
+    for pat, after in lib.moves:
         for k in [k for k in names if re.fullmatch(pat, k)]:
             target = re.sub(pat, after, k)
             if target not in names:
-                raise ExportError(f"tensor {k!r}: expected {target!r} next to it (the torchvision layout)")
+                raise ExportError(f"tensor {k!r}: expected {target!r} next to it (the {lib.name} layout)")
             names.remove(k)
             names.insert(names.index(target) + 1, k)
     buffers = [k for k in names if k.endswith(("running_mean", "running_var"))]
@@ -241,15 +271,14 @@ class Imported:
 def import_weights(net, weights: Path, source: str, out: Path, model: str | None = None) -> Imported:
     """`lmc import`: read `weights`, map them onto `net`, write an lmc checkpoint to `out`.
     `model`: the library's model name (default: the spec's name), which sets the library's BN ε."""
-    if source not in SOURCES:
-        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+    lib = library(source)
     out = Path(out)
     if out.suffix != ".npz":
         raise ExportError(f"-o {out}: an lmc checkpoint is a .npz file")
     name = model or net.spec.name.replace("-", "_").lower()
     if model is not None and not re.fullmatch(r"[a-z0-9_]+", model):
-        raise ExportError(f"--model {model!r}: expected a torchvision model name (e.g. mobilenet_v3_large)")
-    bn_eps = BN_EPS.get(name, TORCH_BN_EPS)
+        raise ExportError(f"--model {model!r}: expected a {lib.name} model name (e.g. mobilenet_v3_large)")
+    bn_eps = lib.bn_eps.get(name, TORCH_BN_EPS)
     sd = read_state_dict(Path(weights))
     params, state = map_state_dict(sd, net, bn_eps, source)
     meta = {"step": 0, "epoch": 0, "batch": 0, "imported_from": str(weights), "source": source, "model": name,
