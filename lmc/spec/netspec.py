@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lmc.spec.config import DatasetKind, parse_train
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
@@ -45,7 +47,8 @@ class NetSpec:
     build_tag: str = ""
     conv_bn_act: Activation = Activation.relu
     conv_pad_style: PadStyle = PadStyle.xla_same
-    text: str = ""                    # the YAML after overrides (for hashing)
+    text: str = ""                    # the YAML as read (before the overrides)
+    overrides: tuple = ()             # the `--set key=value` items applied to it, in order
     locs: dict = field(default_factory=dict, compare=False, repr=False)  # path → Loc (yamlsrc)
 
     def loc(self, *path) -> Loc:
@@ -145,7 +148,27 @@ def load_spec(path: str | Path, overrides: list | None = None, text: str | None 
     data, locs = load_yaml(text, file)
     if overrides:
         data = apply_overrides(data, overrides, file, locs)
-    return parse_spec(data, locs, file, text)
+    spec = parse_spec(data, locs, file, text)
+    sets = tuple(o[0] if isinstance(o, tuple) else o for o in overrides or ())
+    return dataclasses.replace(spec, overrides=sets) if sets else spec
+
+
+def resolved_data(spec: NetSpec) -> Any:
+    """The spec's YAML data after its overrides (plain mappings and lists)."""
+    data, _ = load_yaml(spec.text, spec.file)
+    return apply_overrides(data, list(spec.overrides), spec.file) if spec.overrides else data
+
+
+def resolved_yaml(spec: NetSpec) -> str:
+    """The spec as it was trained: its text as read when no `--set` changed it (comments kept),
+    else the YAML after the overrides, headed by a comment naming the source and the overrides.
+    Loading it with no overrides gives the same net and recipe."""
+    if not spec.overrides:
+        return spec.text
+    data = resolved_data(spec)
+    head = [f"# {spec.file} with"] + [f"#   --set {o}" for o in spec.overrides]
+    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None,
+                                                    allow_unicode=True, width=100)
 
 
 def _did_you_mean(name: str, options) -> str:

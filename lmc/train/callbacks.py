@@ -112,7 +112,7 @@ def save(run, complete: bool = False) -> Path:
             "epochs": cfg.epochs, "loss": run.last_loss, "spec": net.spec.file,
             "name": net.spec.name, "complete": complete, "time": now(),
             "lr": plan.lr_at(max(pos.step, 1)), "swa_n": st.swa_n,
-            "eval_region": st.eval_region(final=complete), "fp8": cfg.fp8.value}
+            "eval_region": st.eval_region(final=complete), "fp8": cfg.fp8.value, **(plan.provenance or {})}
     if plan.ds.vocab is not None:                 # a char-level text's vocabulary travels with the weights
         meta["vocab"] = plan.ds.vocab
     if plan.world.size > 1:
