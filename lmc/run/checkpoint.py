@@ -29,6 +29,7 @@ import zipfile
 import hashlib
 import json
 import os
+import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,24 @@ def atomic_write(path: Path, write) -> None:
             os.close(fd)
     except OSError:          # some filesystems cannot fsync a directory; the rename is still atomic
         pass
+
+
+def atomic_link(src: Path, dst: Path) -> None:
+    """`dst` becomes a copy of `src` atomically: a hard link where the filesystem has them (the
+    later os.replace of `src` leaves the link's inode alone), else a byte copy."""
+    dst = Path(dst)
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    try:
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 # ------------------------------------------------------------------------------------ reading

@@ -102,7 +102,11 @@ WHERE: dict[str, str] = {
     "bf16_conv": "the standard convs' matmul operands in bfloat16 too (templates/prims/conv.mlir.j2)",
     # eval and cadence (train.py, evaluate.py)
     "eval_every_n_epochs": "cadence: the eval records",
-    "checkpoint_every_n_epochs": "cadence: the checkpoint records",
+    "checkpoint_every_n_epochs": "cadence: the checkpoint records and the numbered snapshots RUN/epoch-N.npz",
+    "keep_best": "callbacks.KeepBest: the k best checkpoints by a validation metric (RUN/best.npz); "
+                 "refused without evals or with a metric the evals do not report",
+    "early_stop": "callbacks.EarlyStop: the run stops after `patience` evals without improvement; "
+                  "refused without evals or with a metric the evals do not report",
     "val_every_epochs": "cadence on dataset imagenet (the seed's ImageNet-streaming main): the eval records; "
                         "refused on other datasets and beside eval_every_n_epochs",
     "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
