@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from lmc import __version__
+from lmc._version import __version__
 from lmc.compile import DEFAULT_CHIP, compile_module, compiler_version, find_compiler, resolve_backend
 from lmc.check import check, load_net
 from lmc.core.errors import LmcError, TrainError
