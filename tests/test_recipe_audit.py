@@ -181,7 +181,8 @@ def _baseline(tmp_path_factory, spec, companions, full, bin_path):
 @pytest.fixture(scope="module")
 def bin_path(tmp_path_factory):
     p = tmp_path_factory.mktemp("bin") / "backbone.bin"
-    np.random.default_rng(0).standard_normal(20000).astype("<f4").tofile(p)
+    # a flat .bin holds exactly bootstrap_backbone's prefix (640 floats); the range probe reads in it
+    np.random.default_rng(0).standard_normal(640).astype("<f4").tofile(p)
     return p
 
 

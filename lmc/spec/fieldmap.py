@@ -95,7 +95,9 @@ WHERE: dict[str, str] = {
     "det_prior_pi": "init (init.apply_det_prior): fpn_detect's objectness biases −log((1−π)/π); refused without fpn_detect",
     "vit_init": "init: ViT's rules for linears and the patch embedding",
     "cnx_init": "init: ConvNeXt's rules for convs and linears",
-    "bootstrap_backbone": "init: a prefix of the flat parameter vector from a .bin",
+    "bootstrap_backbone": "init: the leading parameters (a layer prefix of that many floats) by tensor name from an lmc "
+                          "checkpoint, .npz/.safetensors or run directory, with their layers' BN statistics; or a flat "
+                          ".bin of exactly the prefix",
     "bootstrap_backbone_range": "init: a window of the flat parameter vector from a .bin",
     # precision
     "bf16": "matmul operands in bfloat16 (dense, linear, attention); refused where no primitive has a bf16 form",

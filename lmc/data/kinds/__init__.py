@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
+from lmc.core.errors import DataError
 from lmc.core.registry import discover, registrar
 from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.resolution import eval_crop
 from lmc.losses import CLASS, Rule
 
 DATASETS: dict[str, type] = {}
@@ -97,10 +101,7 @@ class Kind:
         loaders store their pixels), applies train.test_crop_ratio's resize and centre crop as
         the eval does to stored images (lmc.data.resolution.eval_crop), and flattens it for a flat
         input.  Image-folder kinds override it with their own decoding."""
-        import numpy as np
         from PIL import Image
-        from lmc.data.resolution import eval_crop
-        from lmc.core.errors import DataError
 
         shape = tuple(input_shape)
         img = shape if len(shape) == 3 else cls.image_shape
