@@ -14,8 +14,10 @@ import yaml
 from lmc.spec.config import DatasetKind, parse_train
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
+from lmc.data.kinds import label_format
 from lmc.data.text import VOCABS      # a text dataset's vocabulary: the byte values or the corpus's characters
 from lmc.layers import all_layers
+from lmc.losses import CLASS
 from lmc.spec.yamlsrc import load_yaml
 
 TOP_KEYS = ("name", "input", "layers", "train", "dataset", "image_h", "image_w", "det_stride",
@@ -43,6 +45,7 @@ class NetSpec:
     dataset: DatasetKind | None = None
     dataset_path: str | None = None
     dataset_vocab: str = "byte"       # text datasets: byte (256 ids) or char (the corpus's characters)
+    dataset_classes: tuple | None = None   # class-id datasets: only the examples of these classes
     det_stride: int = 32
     build_tag: str = ""
     conv_bn_act: Activation = Activation.relu
@@ -236,14 +239,17 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
             layer = attempt(parse_layer, entry, i, loc("layers", i), lambda *p, i=i: loc("layers", i, *p))
             if layer is not None:
                 layers.append(LayerEntry(i, layer, loc("layers", i)))
-    dataset, dpath, dvocab = None, None, "byte"
+    dataset, dpath, dvocab, dclasses = None, None, "byte", None
     if "dataset" in data and data["dataset"] is not None:
         ds, ds_loc, has_kind = data["dataset"], loc("dataset"), True
         if isinstance(ds, dict):
             for k in ds:
-                if k not in ("kind", "path", "vocab"):
-                    errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab)",
+                if k not in ("kind", "path", "vocab", "classes"):
+                    errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab, classes)",
                                             loc("dataset", k)))
+            if "classes" in ds:
+                dclasses = attempt(lambda: _at(lambda: _parse_classes(ds["classes"], ds.get("kind")),
+                                               loc("dataset", "classes")))
             dpath = ds.get("path")
             if dpath is not None and not isinstance(dpath, str):
                 errors.append(SpecError(f"dataset.path: expected a string, got {show(dpath)}", loc("dataset", "path")))
@@ -270,7 +276,23 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)
     return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
-                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, text=text, locs=locs, **opts)
+                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, dataset_classes=dclasses,
+                   text=text, locs=locs, **opts)
+
+
+def _parse_classes(value: Any, kind: Any) -> tuple[int, ...]:
+    """dataset.classes: distinct class ids ≥ 0 of a dataset whose labels are one class per
+    example; the examples of the other classes are left out of both splits (ids unchanged)."""
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"dataset.classes: expected a non-empty list of class ids, got {show(value)}")
+    ids = tuple(coerce(v, int, f"dataset.classes[{i}]", allow_zero=True) for i, v in enumerate(value))
+    if len(set(ids)) != len(ids):
+        raise SpecError(f"dataset.classes: {list(ids)} repeats a class")
+    fmt = label_format(kind if isinstance(kind, str) else None)
+    if fmt != CLASS:
+        raise SpecError(f"dataset.classes keeps the examples of some classes; dataset {kind} has {fmt} labels, "
+                        f"not one class per example")
+    return ids
 
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
