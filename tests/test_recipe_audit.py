@@ -115,6 +115,9 @@ PROBES = {
     "bf16_conv": (True, {"bf16": True}, CNN, False),
     "eval_every_n_epochs": (1, {}, MLP, True),
     "checkpoint_every_n_epochs": (1, {}, MLP, True),
+    "keep_best": ({"metric": "loss", "k": 2}, {"eval_every_n_epochs": 1}, MLP, True),
+    "early_stop": ({"metric": "top1", "patience": 1, "min_delta": 1.0}, {"eval_every_n_epochs": 1, "epochs": 3},
+                   MLP, True),     # no eval can improve top-1 by 1: it stops after epoch 2 of 3
     "val_every_epochs": (2, {}, MLP, False),
     "use_tta": (True, {"augment": True}, CNN, False),
     "tta_samples": (2, {"augment": True, "use_tta": True}, CNN, False),
@@ -126,6 +129,7 @@ PROBES.update({f.name: (f.probe[0], f.probe[1], MLP, False) for f in declared_fi
 OBSERVED = {
     "eval_every_n_epochs": "eval",
     "checkpoint_every_n_epochs": "checkpoint",
+    "keep_best": "checkpoint",          # its checkpoints (RUN/best-epoch-N.npz, best.npz) are records
     "swag_samples": "swag_draws",
     "running_bn": "same_eval",     # lmc's only mode (fieldmap.WHERE): the run equals the default's
     "use_tta": "tta_views",
@@ -177,7 +181,8 @@ def _baseline(tmp_path_factory, spec, companions, full, bin_path):
 @pytest.fixture(scope="module")
 def bin_path(tmp_path_factory):
     p = tmp_path_factory.mktemp("bin") / "backbone.bin"
-    np.random.default_rng(0).standard_normal(20000).astype("<f4").tofile(p)
+    # a flat .bin holds exactly bootstrap_backbone's prefix (640 floats); the range probe reads in it
+    np.random.default_rng(0).standard_normal(640).astype("<f4").tofile(p)
     return p
 
 

@@ -226,7 +226,7 @@ def test_dataset_forms_and_errors():
     assert e.message.startswith("dataset: expected one of mnist, cifar10, ")
     assert e.loc.line == 5
     msgs = [(x.loc.line, x.message) for x in errors(MLP + "dataset:\n  kind: npz\n  pth: x\n  path: 3\n")]
-    assert msgs == [(7, "dataset: unknown field 'pth' (fields: kind, path, vocab)"),
+    assert msgs == [(7, "dataset: unknown field 'pth' (fields: kind, path, vocab, classes)"),
                     (8, "dataset.path: expected a string, got 3")]
     assert error(MLP + "dataset: {path: x.npz}\n").message == \
         "dataset: `kind` is required, e.g. {kind: npz, path: data.npz}"

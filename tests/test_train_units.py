@@ -287,12 +287,16 @@ def test_bootstrap_prefix_and_range(tmp_path):
     n = net.total_params
     src = np.arange(n + 50, dtype="<f4")
     src.tofile(tmp_path / "bb_params.bin")
-    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(tmp_path / "bb_params.bin"), 100))
+    src[:100].tofile(tmp_path / "prefix.bin")         # a flat prefix file holds exactly the prefix
+    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(tmp_path / "prefix.bin"), 100))
     before = flatten(params)
     p = list(params)
     apply_bootstrap(p, list(state), net, c)
     after = flatten(p)
     assert np.array_equal(after[:100], src[:100]) and np.array_equal(after[100:], before[100:])
+    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(tmp_path / "bb_params.bin"), 100))
+    with pytest.raises(CheckpointError, match=f"has {n + 50:,} floats, but the prefix is 100"):
+        apply_bootstrap(list(params), list(state), net, c)
     c = dataclasses.replace(net.spec.train, bootstrap_backbone_range=(str(tmp_path / "bb_params.bin"), 10, 40, 7))
     p = list(params)
     apply_bootstrap(p, list(state), net, c)
@@ -301,6 +305,38 @@ def test_bootstrap_prefix_and_range(tmp_path):
     assert np.array_equal(after[17:], before[17:])
     c = dataclasses.replace(net.spec.train, bootstrap_backbone_range=(str(tmp_path / "bb_params.bin"), n - 3, 0, 7))
     with pytest.raises(CheckpointError, match="destination window .* past the end of the spec's"):
+        apply_bootstrap(list(params), list(state), net, c)
+
+
+def test_bootstrap_by_name_from_a_checkpoint_or_run(tmp_path):
+    net = net_of()
+    src_params, opt, src_state = _arrays(net, seed=3)
+    src_state = [s + 1.5 for s in src_state]
+    keys = [(s, p.name) for s in ("m", "v") for p in net.params]
+    run = tmp_path / "R"
+    save_checkpoint(run / "last.npz", net, keys, src_params, opt, src_state, {"step": 1})
+    params, _, state = _arrays(net, seed=0)
+    sizes = np.cumsum([p.type.size for p in net.params])
+    k = 2                                      # the first layer's weight and bias
+    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(run), int(sizes[k - 1])))
+    p, s = list(params), list(state)
+    notes = apply_bootstrap(p, s, net, c)
+    assert all(np.array_equal(p[i], src_params[i]) for i in range(k))
+    assert all(np.array_equal(p[i], params[i]) for i in range(k, len(params)))
+    layer0 = net.params[0].name.split(".")[0]
+    for st, a, b in zip(net.state, s, src_state):       # BN statistics of the copied layers only
+        assert np.array_equal(a, b) == (st.name.split(".")[0] == layer0), st.name
+    assert "2 tensors" in notes[0]
+    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(run / "last.npz"), int(sizes[0]) + 1))
+    with pytest.raises(CheckpointError, match="ends inside"):
+        apply_bootstrap(list(params), list(state), net, c)
+    np.savez(tmp_path / "other.npz", x=np.zeros(3, np.float32))
+    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(tmp_path / "other.npz"), int(sizes[0])))
+    with pytest.raises(CheckpointError, match=f"has no tensor '{net.params[0].name}'"):
+        apply_bootstrap(list(params), list(state), net, c)
+    (tmp_path / "zip.bin").write_bytes((tmp_path / "other.npz").read_bytes()[:260])     # zip bytes as .bin
+    c = dataclasses.replace(net.spec.train, bootstrap_backbone=(str(tmp_path / "zip.bin"), 65))
+    with pytest.raises(CheckpointError, match="NumPy file, not a flat float32"):
         apply_bootstrap(list(params), list(state), net, c)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from lmc.core.errors import MultiError, SpecError
 from lmc.data.kinds import dataset_class
-from lmc.losses import BOXES, CLASS, dataset_need, loss_for
+from lmc.losses import BOXES, CLASS, FLOAT, MULTI_HOT, dataset_need, loss_for
 from lmc.optim import fields_read, optimizer_fields, optimizer_names, selection
-from lmc.spec.config import TRAIN_FIELDS, dataset_labels, effective_loss, mixup_mode
+from lmc.spec.config import SELECT_METRICS, TRAIN_FIELDS, dataset_labels, effective_loss, mixup_mode
 
 
 # Fields that only act under a switch: set (to a non-default value) with the switch off they
@@ -193,8 +193,29 @@ def _counts(r: "_Rules") -> None:
                                          max(cfg.epochs, 1) - 1))
 
 
+def _selection(r: "_Rules") -> None:
+    """keep_best / early_stop follow a metric the evals report, and need evals to follow."""
+    cfg, err = r.cfg, r.err
+    for name in ("keep_best", "early_stop"):
+        sel = getattr(cfg, name)
+        if sel is None:
+            continue
+        every = cfg.val_every_epochs if cfg.val_every_epochs > 1 else cfg.eval_every_n_epochs
+        if not every:
+            err(f"{name} follows the validation evals, and eval_every_n_epochs is 0 (one eval, at the end)",
+                name, also=("eval_every_n_epochs",), hint="set train.eval_every_n_epochs: 1 (an eval every epoch)")
+        if r.ds is None:
+            continue       # the data's labels decide (checked at the first eval)
+        fmt = dataset_labels(r.ds)
+        fmt = MULTI_HOT if fmt == FLOAT and r.loss.label_format == MULTI_HOT else fmt
+        have = SELECT_METRICS.get(fmt, ())
+        if have and sel.metric not in have:
+            err(f"{name}.metric {sel.metric!r}: the evals of this spec ({fmt} labels) report "
+                f"{', '.join(have)}", name)
+
+
 RULES = (_dataset, _focal, _switches, _fpn_affine, _yolo_fields, _optimizer_fields, _schedule, _exclusions,
-         _loss, _optimizer_flags, _bf16, _counts)
+         _loss, _optimizer_flags, _bf16, _counts, _selection)
 
 
 def problems(cfg, loc_of, dataset=None) -> list[SpecError]:

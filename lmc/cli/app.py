@@ -15,9 +15,10 @@ from rich.console import Console
 
 from lmc.check import load_net
 from lmc.core.errors import LmcError
-from lmc import __version__
+from lmc._version import __version__
 from lmc.compile import compiler_version, find_compiler
 from lmc.run.dist import launched_rank
+from lmc.run.rundir import spec_file
 
 
 class _Argument(typer.core.TyperArgument):
@@ -73,7 +74,7 @@ console = Console()
 # stderr: paths and messages on one line, and never read as rich markup (a path may hold "[/x]")
 err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
-SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML).", show_default=False)]
+SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML), or a run directory (its spec.yaml, as trained).", show_default=False)]
 ChipOpt = Annotated[Optional[str], typer.Option(help="Target chip (default: $IREE_CHIP, else sm_86 for cuda, gfx1100 for rocm, host for llvm-cpu).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
 
@@ -95,7 +96,8 @@ def _load(spec: Path, sets, batch=None, world: int = 1):
     lowered or trained yet stays in the net's check report for the command to refuse or warn."""
     if batch is not None and batch < 1:     # else infer blames layer 0 for an empty dimension
         raise LmcError(f"--batch must be at least 1, got {batch}")
-    return load_net(spec, sets, batch=batch, world=world)
+    # a run directory stands for the spec it was trained with (RUN/spec.yaml: lmc/run/rundir.py)
+    return load_net(spec_file(spec), sets, batch=batch, world=world)
 
 
 def _version(value: bool):

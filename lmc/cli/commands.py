@@ -27,6 +27,7 @@ from lmc.layers import all_layers
 from lmc.lower.lowering import abi, lower, option_refusal
 from lmc.lower.options import LowerOptions
 from lmc.run.dist import launch, launched_rank, launched_size
+from lmc.run.rundir import require_init, resolve_init, run_of_spec
 from lmc.train.bench import DeviceMissing, bench
 from lmc.train.options import Interrupted, TrainOptions
 from lmc.train.plan import check_job
@@ -179,7 +180,7 @@ def train(spec: SpecArg,
           out: Annotated[Optional[Path], typer.Option(help="Run directory for the checkpoint (last.npz) and metrics.jsonl (default: runs/<spec name>).")] = None,
           epochs: Annotated[Optional[int], typer.Option(help="Train this many epochs instead of the recipe's (same as --set train.epochs=N).")] = None,
           steps: Annotated[Optional[int], typer.Option(help="Stop when the global step reaches N (the lr schedule still spans the recipe's epochs).")] = None,
-          init: Annotated[Optional[Path], typer.Option(help="Start from these parameters: an lmc checkpoint, a .npz/.safetensors of named tensors, or a flat float32 .bin.")] = None,
+          init: Annotated[Optional[Path], typer.Option(help="Start from these parameters: an lmc checkpoint, a run directory (its newest checkpoint; RUN:best its best), a .npz/.safetensors of named tensors, or a flat float32 .bin.")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint, with its optimizer state and data position.")] = False,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
@@ -208,7 +209,8 @@ def train(spec: SpecArg,
             if dist_timeout is not None and dist_timeout <= 0:
                 raise LmcError(f"--dist-timeout must be positive, got {dist_timeout:g}")
             net = _load(spec, sets)
-            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
+            out = out if out is not None or run_of_spec(spec) is None else run_of_spec(spec)   # `lmc train RUN --resume`
+            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=resolve_init(None, init),
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
                                 tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
                                 nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env())
@@ -256,7 +258,7 @@ def _rank_argv(argv: list[str]) -> list[str]:
 
 @app.command("eval", cls=_Command)
 def eval_cmd(spec: SpecArg,
-             init: Annotated[Path, typer.Option(help="The parameters to score: an lmc checkpoint (RUN_DIR/last.npz), a .npz/.safetensors of named tensors, or a flat .bin.")],
+             init: Annotated[Optional[Path], typer.Option(help="The parameters to score: an lmc checkpoint (RUN_DIR/last.npz), a run directory (its newest checkpoint; RUN_DIR:best its best), a .npz/.safetensors of named tensors, or a flat .bin (default: SPEC's checkpoint when SPEC is a run directory).")] = None,
              backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
              chip: ChipOpt = None,
              data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")] = None,
@@ -273,6 +275,7 @@ def eval_cmd(spec: SpecArg,
         if dump_correct is not None and dump_correct.suffix != ".npy":
             raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
+        init = require_init(spec, init)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
                                 recalibrate, LowerOptions.from_env(), batch_stats)
@@ -302,7 +305,7 @@ def eval_cmd(spec: SpecArg,
 
 @app.command(cls=_Command)
 def sample(spec: SpecArg,
-           init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors.")],
+           init: Annotated[Optional[Path], typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz), a run directory, or a .npz/.safetensors of named tensors (default: SPEC's checkpoint when SPEC is a run directory).")] = None,
            prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
            tokens: Annotated[int, typer.Option(help="How many tokens (bytes, or characters for a `vocab: char` run) to sample after the prompt.")] = 200,
            temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely token every time.")] = 0.8,
@@ -314,7 +317,7 @@ def sample(spec: SpecArg,
     """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
     with user_errors():
         net = _load(spec, set, 1)
-        text = run_sample(net, init, prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
+        text = run_sample(net, require_init(spec, init), prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
     sys.stdout.write(text + "\n")
 
 

@@ -12,6 +12,7 @@ from lmc.core.errors import LmcError
 from lmc.export.published import import_weights
 from lmc.export.run import FORMATS, export as run_export
 from lmc.lower.options import LowerOptions
+from lmc.run.rundir import require_init
 
 
 def _log(text: str) -> None:
@@ -20,9 +21,9 @@ def _log(text: str) -> None:
 
 @app.command(cls=_Command)
 def export(spec: SpecArg,
-           init: Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz) or a .npz/.safetensors of named tensors with the BN statistics.")],
            format: Annotated[str, typer.Option("--format", help="safetensors (the tensors under lmc's names), onnx (an ONNX model of the eval forward), or vmfb (a standalone IREE package: the compiled @forward, its weights and a manifest).")],
            output: Annotated[Path, typer.Option("-o", "--output", help="Where to write it: a .safetensors or .onnx file, or a directory for vmfb.")],
+           init: Annotated[Optional[Path], typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz), RUN_DIR:best, or a .npz/.safetensors of named tensors with the BN statistics (default: the run directory's newest checkpoint).")] = None,
            region: Annotated[str, typer.Option(help="Which weights: live (trained), ema, swa, or auto (what the run's own eval scored).")] = "auto",
            backend: Annotated[Optional[str], typer.Option(help="vmfb: the backend the package is compiled for, llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
            chip: ChipOpt = None,
@@ -38,7 +39,7 @@ def export(spec: SpecArg,
             raise LmcError(f"--backend, --chip and --batch choose what a vmfb package is compiled for; "
                            f"a {format} export does not compile", hint="leave them out, or use --format vmfb")
         net = _load(spec, set, 1 if format != "vmfb" else batch or 1)
-        out = run_export(net, Path(init), format, output, region=region, backend=backend, chip=chip, log=_log,
+        out = run_export(net, require_init(spec, init), format, output, region=region, backend=backend, chip=chip, log=_log,
                          spec_path=spec, sets=set, options=LowerOptions.from_env())
     _log(f"wrote {out}")
 

@@ -15,6 +15,7 @@ from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console,
 from lmc.core.errors import LmcError
 from lmc.evaluate.interval import wilson95
 from lmc.lower.options import LowerOptions
+from lmc.run.rundir import require_init
 from lmc.trust.attack import check_args as check_attack_args, clean_correct, pgd, plot_attack
 from lmc.trust.certify import (certified_accuracy, certify as run_certify, check_args as check_certify_args, plot_certified,
     radius_cap)
@@ -65,7 +66,7 @@ def compare(a: Annotated[Path, typer.Argument(help="Model A's correctness bitmap
 
 BackendOpt = Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")]
 DataOpt = Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>).")]
-InitOpt = Annotated[Path, typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz), a .npz/.safetensors of named tensors, or a flat .bin.")]
+InitOpt = Annotated[Optional[Path], typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz), a run directory (RUN_DIR:best its best), a .npz/.safetensors of named tensors, or a flat .bin (default: SPEC's checkpoint when SPEC is a run directory).")]
 RegionOpt = Annotated[str, typer.Option(help="Which weights: live, ema, swa, or auto (what the run's own eval scored; a SWAG run's SWA mean).")]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Judge only the first N validation examples.")]
 BatchOpt = Annotated[Optional[int], typer.Option(help="Batch size of the compiled module (default: the recipe's).")]
@@ -82,8 +83,8 @@ def _floats(text: str, what: str) -> list[float]:
 
 @app.command(cls=_Command)
 def attack(spec: SpecArg,
-           init: InitOpt,
            eps: Annotated[str, typer.Option(help="Comma-separated radii ε of the attack ball, e.g. 0,0.05,0.1,0.2 (in the data's units).")],
+           init: InitOpt = None,
            norm: Annotated[str, typer.Option(help="The ball: linf (each input within ε) or l2 (Euclidean norm ≤ ε).")] = "linf",
            steps: Annotated[int, typer.Option(help="PGD steps per restart.")] = 10,
            step_size: Annotated[Optional[float], typer.Option(help="Step length α (default: 2.5·ε/steps).")] = None,
@@ -106,6 +107,7 @@ def attack(spec: SpecArg,
         radii = _floats(eps, "--eps")
         check_attack_args(radii, norm, steps, step_size, restarts)
         net = _load(spec, set, batch)
+        init = require_init(spec, init)
         m = load_model(net, init, data, backend, chip, _log, "input_grad", region, limit, LowerOptions.from_env())
         clean, results = pgd(m, radii, norm, steps, step_size, restarts, seed, log=_log)
         path = plot or Path(init).with_name(f"attack-{norm}.png")
@@ -131,8 +133,8 @@ def attack(spec: SpecArg,
 
 @app.command(cls=_Command)
 def certify(spec: SpecArg,
-            init: InitOpt,
             sigma: Annotated[float, typer.Option(help="Standard deviation σ of the Gaussian noise (in the data's units); train with train.gaussian_noise_sigma: σ.")],
+            init: InitOpt = None,
             n0: Annotated[int, typer.Option(help="Noisy forwards per example that select the top class.")] = 100,
             n: Annotated[int, typer.Option(help="Noisy forwards per example that estimate its probability (≥ n0).")] = 10000,
             alpha: Annotated[float, typer.Option(help="Failure probability α of each certificate (one-sided Clopper–Pearson level).")] = 0.001,
@@ -154,6 +156,7 @@ def certify(spec: SpecArg,
         rs = _floats(radii, "--radii")
         check_certify_args(sigma, n0, n, alpha, rs)
         net = _load(spec, set, batch)
+        init = require_init(spec, init)
         m = load_model(net, init, data, backend, chip, _log, "forward", region, limit, LowerOptions.from_env())
         certs = run_certify(m, sigma, n0, n, alpha, seed, log=_log)
         path = plot or Path(init).with_name(f"certify-sigma{sigma:g}.png")
@@ -179,7 +182,7 @@ def certify(spec: SpecArg,
 
 @app.command("lipschitz", cls=_Command)
 def lipschitz_cmd(spec: SpecArg,
-                  init: InitOpt,
+                  init: InitOpt = None,
                   radii: Annotated[str, typer.Option(help="Comma-separated L2 radii at which to report certified accuracy.")] = "0.1,0.25,0.5",
                   limit: LimitOpt = None,
                   plot: Annotated[Optional[Path], typer.Option(help="Where to write the certified-accuracy-vs-radius PNG (default: lipschitz.png next to the checkpoint).")] = None,
@@ -199,6 +202,7 @@ def lipschitz_cmd(spec: SpecArg,
         if any(r < 0 for r in rs):
             raise LmcError("--radii must be ≥ 0")
         net = _load(spec, set, batch)
+        init = require_init(spec, init)
         m = load_model(net, init, data, backend, chip, _log, "forward", region, limit, LowerOptions.from_env())
         host_state = [np.asarray(a.to_host() if hasattr(a, "to_host") else a) for a in m.S]
         L, _, layers = lipschitz(net, m.params, host_state)

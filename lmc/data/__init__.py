@@ -30,7 +30,7 @@ __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "all_datasets"]
 
 def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
                  num_classes: int | None, *, seed: int = 0, stream: bool | None = None, train_res: int = 0,
-                 test_crop_ratio: float = 0.0, **options) -> Dataset:
+                 test_crop_ratio: float = 0.0, classes: tuple | None = None, **options) -> Dataset:
     """Load dataset `kind` from `path` and fit it to the spec.
 
     input_shape: the spec's per-example shape, e.g. (1, 28, 28), (784,), (1, 8, 8) or (64,);
@@ -68,12 +68,31 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
         ds.train_res = (int(train_res), int(train_res))
     if test_crop_ratio and not folder:
         ds.x_val = eval_crop(ds.x_val, test_crop_ratio)
+    if classes:
+        _keep_classes(ds, classes, num_classes)
     if np.issubdtype(ds.y_train.dtype, np.integer):       # class ids (per example or pixel)
         check_labels(ds.y_train, num_classes, ds.source("y_train"))
         check_labels(ds.y_val, num_classes, ds.source("y_val"))
     if num_classes is not None:
         ds.num_classes = num_classes
     return ds
+
+
+def _keep_classes(ds: Dataset, classes: tuple, num_classes: int | None) -> None:
+    """dataset.classes: only the examples of `classes` in both splits (their ids unchanged)."""
+    if num_classes is not None and max(classes) >= num_classes:
+        raise DataError(f"dataset.classes: class {max(classes)}, but the head has {num_classes} classes")
+    for split in ("train", "val"):
+        x, y = getattr(ds, "x_" + split), getattr(ds, "y_" + split)
+        if not isinstance(x, np.ndarray) or ds.label_format != "class ids":
+            raise DataError(f"dataset.classes selects in-memory examples with a class id each; {ds.name}'s "
+                            f"{split} split is {'streamed' if not isinstance(x, np.ndarray) else ds.label_format}",
+                            hint="--no-stream holds an image folder in memory")
+        keep = np.isin(np.asarray(y), np.asarray(classes))
+        if not keep.any():
+            raise DataError(f"dataset.classes {list(classes)}: {ds.source('y_' + split)} has no example of them")
+        setattr(ds, "x_" + split, np.ascontiguousarray(x[keep]))
+        setattr(ds, "y_" + split, np.ascontiguousarray(np.asarray(y)[keep]))
 
 
 def _load(kind, path, input_shape, num_classes, seed, options, stream=None, crop_ratio=0.0) -> Dataset:

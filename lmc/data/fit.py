@@ -31,7 +31,8 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
     kinds = all_datasets()
     for f in kinds[kind].fields if kind in kinds else ():      # the spec's dataset.<field> (text: vocab)
         res[f.name] = getattr(net.spec, f"dataset_{f.name}")
-    ds = load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream, **res)
+    ds = load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream,
+                      classes=net.spec.dataset_classes, **res)
     check_token_ids(net, ds)
     return ds
 

@@ -204,14 +204,7 @@ class DetResult:
 
     def add(self, logits: np.ndarray, labels: np.ndarray, x: np.ndarray | None = None) -> None:
         keep_sample(self, x, logits, labels)
-        boxes, scores, classes = self.loss.decode(logits)
-        for k in range(len(labels)):
-            keep_all = []
-            for c in np.unique(classes[k]):
-                idx = np.nonzero((classes[k] == c) & (scores[k] >= self.SCORE_MIN))[0]
-                keep_all += list(idx[nms(boxes[k][idx], scores[k][idx], self.NMS_IOU)])
-            keep = np.asarray(keep_all, np.int64)
-            self.dets.append((boxes[k][keep], scores[k][keep], classes[k][keep]))
+        self.dets += detections(self.loss, logits)
         self.gts += self.loss.ground_truth(labels)
         self.n += len(labels)
         self._maps = None
@@ -231,6 +224,22 @@ class DetResult:
             return "no validation examples"
         m50, m = self.maps()
         return f"mAP@0.5 {m50:.4f}, mAP@[.5:.95] {m:.4f} ({self.n} images, {sum(len(g[1]) for g in self.gts)} objects)"
+
+
+def detections(loss, logits: np.ndarray) -> list[tuple]:
+    """Per image (boxes [n, 4] in image units x0 y0 x1 y1, scores, classes): the loss's decode,
+    then per class the boxes scoring at least DetResult.SCORE_MIN through NMS at
+    DetResult.NMS_IOU — what eval scores and `lmc predict` draws."""
+    boxes, scores, classes = loss.decode(logits)
+    out = []
+    for k in range(len(boxes)):
+        keep_all = []
+        for c in np.unique(classes[k]):
+            idx = np.nonzero((classes[k] == c) & (scores[k] >= DetResult.SCORE_MIN))[0]
+            keep_all += list(idx[nms(boxes[k][idx], scores[k][idx], DetResult.NMS_IOU)])
+        keep = np.asarray(keep_all, np.int64)
+        out.append((boxes[k][keep], scores[k][keep], classes[k][keep]))
+    return out
 
 
 def coco_map(gts, dets, scale: float) -> tuple[float, float]:

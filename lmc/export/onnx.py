@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc import __version__
+from lmc._version import __version__
 from lmc.core.errors import ExportError
 from lmc.export.weights import Weights
 from lmc.graph.infer import infer

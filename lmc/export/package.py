@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc import __version__
+from lmc._version import __version__
 from lmc.compile import DEFAULT_CHIP, RUNTIME_DRIVER, compile_module, compiler_version, find_compiler, resolve_backend
 from lmc.core.errors import ExportError
 from lmc.export.weights import Weights, named

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmc import __version__
+from lmc._version import __version__
 from lmc.core.errors import ExportError
 from lmc.export.weights import Weights, named
 from lmc.run.checkpoint import atomic_write, net_hash, safetensors_module

@@ -29,12 +29,14 @@ import zipfile
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lmc.core.errors import CheckpointError
+from lmc.run.rundir import checkpoint_path
 
 FORMAT = "lmc-checkpoint"
 VERSION = 1
@@ -111,6 +113,24 @@ def atomic_write(path: Path, write) -> None:
             os.close(fd)
     except OSError:          # some filesystems cannot fsync a directory; the rename is still atomic
         pass
+
+
+def atomic_link(src: Path, dst: Path) -> None:
+    """`dst` becomes a copy of `src` atomically: a hard link where the filesystem has them (the
+    later os.replace of `src` leaves the link's inode alone), else a byte copy."""
+    dst = Path(dst)
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    try:
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -341,30 +361,104 @@ def flatten(arrays) -> np.ndarray:
     return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float32) if arrays else np.zeros(0, np.float32)
 
 
+def _bootstrap_prefix(params, state, net, src_path: str, count: int) -> list[str]:
+    """bootstrap_backbone from named tensors (an lmc checkpoint, a .npz/.safetensors, a run
+    directory): the leading parameters in ABI order whose floats make up `count` (the Lean kit's
+    layer prefix; it must end on a tensor boundary), each copied by name, and the BN statistics
+    of the layers they belong to."""
+    path = checkpoint_path(src_path)
+    tensors, _ = read_tensors(path)
+    what = f"train.bootstrap_backbone: {path}"
+    total, names, off = sum(p.type.size for p in net.params), [], 0
+    if count > total:
+        raise CheckpointError(f"{what}: prefix of {count:,} floats, but the spec has {total:,}")
+    for p in net.params:
+        if off >= count:
+            break
+        if off + p.type.size > count:
+            raise CheckpointError(f"{what}: the prefix of {count:,} floats ends inside '{p.name}' "
+                                  f"{list(p.type.dims)} (floats [{off:,}, {off + p.type.size:,}))",
+                                  hint=f"a named prefix ends on a tensor: {off:,} or {off + p.type.size:,}")
+        names.append(p.name)
+        off += p.type.size
+    index = {p.name: i for i, p in enumerate(net.params)}
+    for name in names:
+        p = net.params[index[name]]
+        if name not in tensors:
+            raise CheckpointError(f"{what} has no tensor '{name}' {list(p.type.dims)}, which the prefix covers",
+                                  hint="`lmc info --params SPEC` lists the names; the source must be a net with the same leading layers")
+        if tuple(tensors[name].shape) != tuple(p.type.dims):
+            raise CheckpointError(f"{what}: tensor '{name}' has shape {list(tensors[name].shape)} there but "
+                                  f"{list(p.type.dims)} in the spec")
+        params[index[name]] = _f32(tensors[name])
+    layers = {n.split(".", 1)[0] for n in names}
+    copied = 0
+    for i, s in enumerate(net.state):
+        if s.name.split(".", 1)[0] in layers and s.name in tensors:
+            if tuple(tensors[s.name].shape) != tuple(s.type.dims):
+                raise CheckpointError(f"{what}: BN statistic '{s.name}' has shape {list(tensors[s.name].shape)} "
+                                      f"there but {list(s.type.dims)} in the spec")
+            state[i] = _f32(tensors[s.name])
+            copied += 1
+    notes = [f"bootstrap: {len(names)} tensors ({count:,} floats, {names[0]} … {names[-1]}) from {path}"]
+    if copied:
+        notes.append(f"bootstrap: {copied} BN statistics of those layers from {path}")
+    return notes
+
+
+def _flat_source(src_path: str, what: str) -> np.ndarray:
+    """A flat float32 .bin for the bootstrap fields: a file of named tensors (a zip, a
+    safetensors header) is refused instead of being read as floats."""
+    p = Path(src_path)
+    if p.suffix in (".npz", ".safetensors") or p.is_dir():
+        raise CheckpointError(f"{what}: {p} holds named tensors, not a flat float32 .bin",
+                              hint="train.bootstrap_backbone reads named checkpoints by tensor name")
+    if p.is_file():
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if head[:4] == b"PK\x03\x04" or head[:6] == b"\x93NUMPY":
+            raise CheckpointError(f"{what}: {p} is a NumPy file, not a flat float32 .bin")
+    return read_flat(p, what)
+
+
 def apply_bootstrap(params: list[np.ndarray], state: list[np.ndarray], net, cfg) -> list[str]:
     """The recipe's bootstrap_backbone (path, prefix_floats) and bootstrap_backbone_range (path,
-    dst_off, src_off, count): copy floats of a flat .bin into the flat parameter vector
-    (params are replaced in place).  Returns lines describing what was done."""
+    dst_off, src_off, count), the Lean kit's order (params and state are replaced in place).
+    bootstrap_backbone reads an lmc checkpoint, a .npz/.safetensors of named tensors or a run
+    directory by tensor name (_bootstrap_prefix), or a flat .bin whose size is exactly the
+    prefix's floats (BN statistics from its `_bn_stats` companion when its size is exact);
+    bootstrap_backbone_range copies a window of a flat .bin.  Returns lines describing what was
+    done."""
     notes = []
     if cfg.bootstrap_backbone is None and cfg.bootstrap_backbone_range is None:
         return notes
     shapes = [p.type.dims for p in net.params]
-    flat = flatten(params)
     if cfg.bootstrap_backbone is not None:
         src_path, count = cfg.bootstrap_backbone
-        src = read_flat(Path(src_path), "train.bootstrap_backbone")
-        if count > len(src) or count > len(flat):
-            raise CheckpointError(f"train.bootstrap_backbone: prefix of {count:,} floats, but {src_path} has "
-                             f"{len(src):,} and the spec {len(flat):,}")
-        flat[:count] = src[:count]
-        notes.append(f"bootstrap: first {count:,} floats from {src_path}")
-        bn = _bn_stats_for(Path(src_path), net)
-        if bn is not None:
-            state[:] = bn
-            notes.append(f"bootstrap: BN statistics from {bn_companion(Path(src_path))}")
+        p = Path(src_path.rsplit(":", 1)[0] if ":" in src_path and not Path(src_path).exists() else src_path)
+        if p.is_dir() or p.suffix in (".npz", ".safetensors"):
+            notes += _bootstrap_prefix(params, state, net, src_path, count)
+        else:
+            src = _flat_source(src_path, "train.bootstrap_backbone")
+            if len(src) != count:
+                raise CheckpointError(f"train.bootstrap_backbone: {src_path} has {len(src):,} floats, but the prefix "
+                                      f"is {count:,}: a flat .bin must hold exactly the prefix",
+                                      hint="or bootstrap from the lmc checkpoint (or run directory), by tensor name")
+            total = sum(p.type.size for p in net.params)
+            if count > total:
+                raise CheckpointError(f"train.bootstrap_backbone: prefix of {count:,} floats, but the spec has {total:,}")
+            flat = flatten(params)
+            flat[:count] = src
+            params[:] = unflatten(flat, shapes)
+            notes.append(f"bootstrap: first {count:,} floats from {src_path}")
+            bn = _bn_stats_for(Path(src_path), net)
+            if bn is not None:
+                state[:] = bn
+                notes.append(f"bootstrap: BN statistics from {bn_companion(Path(src_path))}")
     if cfg.bootstrap_backbone_range is not None:
         src_path, dst, off, count = cfg.bootstrap_backbone_range
-        src = read_flat(Path(src_path), "train.bootstrap_backbone_range")
+        src = _flat_source(src_path, "train.bootstrap_backbone_range")
+        flat = flatten(params)
         if off + count > len(src):
             raise CheckpointError(f"train.bootstrap_backbone_range: source window [{off:,}, {off + count:,}) is "
                              f"past the end of {src_path} ({len(src):,} floats)")
@@ -372,6 +466,6 @@ def apply_bootstrap(params: list[np.ndarray], state: list[np.ndarray], net, cfg)
             raise CheckpointError(f"train.bootstrap_backbone_range: destination window [{dst:,}, {dst + count:,}) is "
                              f"past the end of the spec's {len(flat):,} parameters")
         flat[dst:dst + count] = src[off:off + count]
+        params[:] = unflatten(flat, shapes)
         notes.append(f"bootstrap: floats [{dst:,}, {dst + count:,}) from {src_path} [{off:,}, {off + count:,})")
-    params[:] = unflatten(flat, shapes)
     return notes

@@ -12,7 +12,7 @@ from typing import Any
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Choice, coerce, show, snake
 from lmc.data.kinds import all_datasets, label_format
-from lmc.losses import BOXES, MASK, all_losses, default_loss, loss_class
+from lmc.losses import BOXES, CLASS, FLOAT, MASK, MULTI_HOT, all_losses, default_loss, loss_class
 from lmc.optim import declared_fields, optimizer_names
 
 REQUIRED = object()
@@ -94,6 +94,84 @@ class LossKind:
 
     def __str__(self) -> str:
         return loss_class(self.kind).describe(self.values)
+
+
+# The validation metrics model selection (keep_best, early_stop) can follow, by the label format
+# the eval scores (lmc/evaluate: EvalResult and the results of metrics.py); the lower-is-better ones.
+SELECT_METRICS = {CLASS: ("top1", "top5", "loss", "perplexity"), MULTI_HOT: ("top1",), MASK: ("miou", "pixel_acc"),
+                  FLOAT: ("mse", "psnr"), BOXES: ("map50", "map")}
+LOWER_IS_BETTER = ("loss", "perplexity", "mse")
+
+
+def _selection_args(cls, value, where, ints=(), floats=()) -> dict:
+    """A `{metric, mode, …}` mapping's values, typed (metric: a name; mode: max, min or auto)."""
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping {{metric: top1, mode: max, …}}, got {show(value)}")
+    known = ("metric", "mode") + ints + floats
+    out = {}
+    for k, v in value.items():
+        name = snake(str(k))
+        if name not in known:
+            raise SpecError(f"{where}: unknown field {show(k)}; expected {', '.join(known)}")
+        if name == "metric":
+            out[name] = coerce(v, str, f"{where}.metric")
+        elif name == "mode":
+            if v not in ("max", "min", "auto"):
+                raise SpecError(f"{where}.mode: expected max, min or auto, got {show(v)}")
+            out[name] = v
+        elif name in ints:
+            out[name] = coerce(v, int, f"{where}.{name}")
+        else:
+            out[name] = coerce(v, float, f"{where}.{name}")
+            if out[name] < 0:
+                raise SpecError(f"{where}.{name}: expected a number >= 0, got {out[name]}")
+    return out
+
+
+@dataclass(frozen=True)
+class _Selection:
+    metric: str = "top1"
+    mode: str = "auto"       # auto: min for a loss-like metric (LOWER_IS_BETTER), else max
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.mode == "min" or (self.mode == "auto" and self.metric in LOWER_IS_BETTER)
+
+    def better(self, value: float, than: float | None, min_delta: float = 0.0) -> bool:
+        """`value` improves on `than` by more than min_delta (any value beats None)."""
+        if than is None:
+            return True
+        return value < than - min_delta if self.lower_is_better else value > than + min_delta
+
+
+@dataclass(frozen=True)
+class KeepBest(_Selection):
+    """train.keep_best: {metric, mode, k}: the k best checkpoints by a validation metric
+    (RUN/best-epoch-N.npz), RUN/best.npz the best of them."""
+    k: int = 1
+
+    @classmethod
+    def parse(cls, value, where):
+        return value if isinstance(value, cls) else cls(**_selection_args(cls, value, where, ints=("k",)))
+
+    def __str__(self):
+        return f"{{metric: {self.metric}, mode: {self.mode}, k: {self.k}}}"
+
+
+@dataclass(frozen=True)
+class EarlyStop(_Selection):
+    """train.early_stop: {metric, mode, patience, min_delta}: training stops after `patience`
+    evals in a row without an improvement of more than min_delta on the best so far."""
+    patience: int = 5
+    min_delta: float = 0.0
+
+    @classmethod
+    def parse(cls, value, where):
+        return value if isinstance(value, cls) else cls(**_selection_args(cls, value, where, ints=("patience",),
+                                                                             floats=("min_delta",)))
+
+    def __str__(self):
+        return f"{{metric: {self.metric}, mode: {self.mode}, patience: {self.patience}, min_delta: {self.min_delta:g}}}"
 
 
 # (yaml name, type, default).  Order and defaults: the Lean kit's TrainConfig
@@ -200,6 +278,8 @@ _LMC_FIELDS: list[tuple[str, Any, Any]] = [
     ("spectral_every", int, 1),             # ... after every K steps (and at the end)
     ("fp8", Fp8Format, Fp8Format.off),
     ("sync_bn", bool, False),               # data-parallel: batch statistics over all ranks (refused)
+    ("keep_best", KeepBest | None, None),   # model selection: the k best checkpoints by a val metric
+    ("early_stop", EarlyStop | None, None),  # stop after `patience` evals without improvement
 ]
 # the fields registry entries declare (an optimizer's own hyperparameters: lmc/optim), after
 _DECLARED = declared_fields()

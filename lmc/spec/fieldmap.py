@@ -95,14 +95,20 @@ WHERE: dict[str, str] = {
     "det_prior_pi": "init (init.apply_det_prior): fpn_detect's objectness biases −log((1−π)/π); refused without fpn_detect",
     "vit_init": "init: ViT's rules for linears and the patch embedding",
     "cnx_init": "init: ConvNeXt's rules for convs and linears",
-    "bootstrap_backbone": "init: a prefix of the flat parameter vector from a .bin",
+    "bootstrap_backbone": "init: the leading parameters (a layer prefix of that many floats) by tensor name from an lmc "
+                          "checkpoint, .npz/.safetensors or run directory, with their layers' BN statistics; or a flat "
+                          ".bin of exactly the prefix",
     "bootstrap_backbone_range": "init: a window of the flat parameter vector from a .bin",
     # precision
     "bf16": "matmul operands in bfloat16 (dense, linear, attention); refused where no primitive has a bf16 form",
     "bf16_conv": "the standard convs' matmul operands in bfloat16 too (templates/prims/conv.mlir.j2)",
     # eval and cadence (train.py, evaluate.py)
     "eval_every_n_epochs": "cadence: the eval records",
-    "checkpoint_every_n_epochs": "cadence: the checkpoint records",
+    "checkpoint_every_n_epochs": "cadence: the checkpoint records and the numbered snapshots RUN/epoch-N.npz",
+    "keep_best": "callbacks.KeepBest: the k best checkpoints by a validation metric (RUN/best.npz); "
+                 "refused without evals or with a metric the evals do not report",
+    "early_stop": "callbacks.EarlyStop: the run stops after `patience` evals without improvement; "
+                  "refused without evals or with a metric the evals do not report",
     "val_every_epochs": "cadence on dataset imagenet (the seed's ImageNet-streaming main): the eval records; "
                         "refused on other datasets and beside eval_every_n_epochs",
     "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",

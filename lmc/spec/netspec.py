@@ -9,11 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lmc.spec.config import DatasetKind, parse_train
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
+from lmc.data.kinds import label_format
 from lmc.data.text import VOCABS      # a text dataset's vocabulary: the byte values or the corpus's characters
 from lmc.layers import all_layers
+from lmc.losses import CLASS
 from lmc.spec.yamlsrc import load_yaml
 
 TOP_KEYS = ("name", "input", "layers", "train", "dataset", "image_h", "image_w", "det_stride",
@@ -41,11 +45,13 @@ class NetSpec:
     dataset: DatasetKind | None = None
     dataset_path: str | None = None
     dataset_vocab: str = "byte"       # text datasets: byte (256 ids) or char (the corpus's characters)
+    dataset_classes: tuple | None = None   # class-id datasets: only the examples of these classes
     det_stride: int | None = None     # detection: input / det_stride = the head's grid (None: the head's own)
     build_tag: str = ""
     conv_bn_act: Activation = Activation.relu
     conv_pad_style: PadStyle = PadStyle.xla_same
-    text: str = ""                    # the YAML after overrides (for hashing)
+    text: str = ""                    # the YAML as read (before the overrides)
+    overrides: tuple = ()             # the `--set key=value` items applied to it, in order
     locs: dict = field(default_factory=dict, compare=False, repr=False)  # path → Loc (yamlsrc)
 
     def loc(self, *path) -> Loc:
@@ -145,7 +151,27 @@ def load_spec(path: str | Path, overrides: list | None = None, text: str | None 
     data, locs = load_yaml(text, file)
     if overrides:
         data = apply_overrides(data, overrides, file, locs)
-    return parse_spec(data, locs, file, text)
+    spec = parse_spec(data, locs, file, text)
+    sets = tuple(o[0] if isinstance(o, tuple) else o for o in overrides or ())
+    return dataclasses.replace(spec, overrides=sets) if sets else spec
+
+
+def resolved_data(spec: NetSpec) -> Any:
+    """The spec's YAML data after its overrides (plain mappings and lists)."""
+    data, _ = load_yaml(spec.text, spec.file)
+    return apply_overrides(data, list(spec.overrides), spec.file) if spec.overrides else data
+
+
+def resolved_yaml(spec: NetSpec) -> str:
+    """The spec as it was trained: its text as read when no `--set` changed it (comments kept),
+    else the YAML after the overrides, headed by a comment naming the source and the overrides.
+    Loading it with no overrides gives the same net and recipe."""
+    if not spec.overrides:
+        return spec.text
+    data = resolved_data(spec)
+    head = [f"# {spec.file} with"] + [f"#   --set {o}" for o in spec.overrides]
+    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None,
+                                                    allow_unicode=True, width=100)
 
 
 def _did_you_mean(name: str, options) -> str:
@@ -192,12 +218,13 @@ def parse_spec(data: Any, locs: dict, file: str, text: str = "") -> NetSpec:
     inp = c.attempt(_parse_input, data, c.loc)
     opts = _net_options(data, c)
     layers = _layers(data, c)
-    dataset, dpath, dvocab = _dataset(data, c)
+    dataset, dpath, dvocab, dclasses = _dataset(data, c)
     train = _train(data, c, file)
     if c.errors:
         raise c.errors[0] if len(c.errors) == 1 else MultiError(c.errors)
     return NetSpec(name=name, input=inp, layers=tuple(layers), file=file, train=train,
-                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, text=text, locs=locs, **opts)
+                   dataset=dataset, dataset_path=dpath, dataset_vocab=dvocab, dataset_classes=dclasses,
+                   text=text, locs=locs, **opts)
 
 
 def _top_level_keys(data: dict, c: _Collector) -> dict:
@@ -242,16 +269,19 @@ def _layers(data: dict, c: _Collector) -> list:
 
 
 def _dataset(data: dict, c: _Collector) -> tuple:
-    """`dataset: mnist` or `dataset: {kind, path, vocab}` → (kind, path, vocab)."""
-    dataset, dpath, dvocab = None, None, "byte"
+    """`dataset: mnist` or `dataset: {kind, path, vocab, classes}` → (kind, path, vocab, classes)."""
+    dataset, dpath, dvocab, dclasses = None, None, "byte", None
     if "dataset" not in data or data["dataset"] is None:
-        return dataset, dpath, dvocab
+        return dataset, dpath, dvocab, dclasses
     ds, ds_loc, has_kind = data["dataset"], c.loc("dataset"), True
     if isinstance(ds, dict):
         for k in ds:
-            if k not in ("kind", "path", "vocab"):
-                c.errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab)",
+            if k not in ("kind", "path", "vocab", "classes"):
+                c.errors.append(SpecError(f"dataset: unknown field '{k}' (fields: kind, path, vocab, classes)",
                                           c.loc("dataset", k)))
+        if "classes" in ds:
+            dclasses = c.attempt(lambda: _at(lambda: _parse_classes(ds["classes"], ds.get("kind")),
+                                             c.loc("dataset", "classes")))
         dpath = ds.get("path")
         if dpath is not None and not isinstance(dpath, str):
             c.errors.append(SpecError(f"dataset.path: expected a string, got {show(dpath)}", c.loc("dataset", "path")))
@@ -272,13 +302,28 @@ def _dataset(data: dict, c: _Collector) -> tuple:
             c.errors.append(SpecError("dataset: `kind` is required, e.g. {kind: npz, path: data.npz}", ds_loc))
     if has_kind:
         dataset = c.attempt(lambda: _at(lambda: DatasetKind.parse(ds, "dataset"), ds_loc))
-    return dataset, dpath, dvocab
+    return dataset, dpath, dvocab, dclasses
 
 
 def _train(data: dict, c: _Collector, file: str):
     if "train" in data and data["train"] is not None:
         return c.attempt(parse_train, data["train"], c.locs, file, (c.orig["train"],))
     return None
+
+
+def _parse_classes(value: Any, kind: Any) -> tuple[int, ...]:
+    """dataset.classes: distinct class ids ≥ 0 of a dataset whose labels are one class per
+    example; the examples of the other classes are left out of both splits (ids unchanged)."""
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"dataset.classes: expected a non-empty list of class ids, got {show(value)}")
+    ids = tuple(coerce(v, int, f"dataset.classes[{i}]", allow_zero=True) for i, v in enumerate(value))
+    if len(set(ids)) != len(ids):
+        raise SpecError(f"dataset.classes: {list(ids)} repeats a class")
+    fmt = label_format(kind if isinstance(kind, str) else None)
+    if fmt != CLASS:
+        raise SpecError(f"dataset.classes keeps the examples of some classes; dataset {kind} has {fmt} labels, "
+                        f"not one class per example")
+    return ids
 
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")

@@ -29,6 +29,8 @@ from lmc.evaluate.metrics import eval_format, save_predictions
 from lmc.evaluate.score import EvalResult, evaluate, evaluate_swag
 from lmc.lower.spectral import FINAL_CALLS
 from lmc.lower.lowering import eval_batch_stats
+from lmc.run.checkpoint import atomic_link
+from lmc.run.rundir import BEST, epoch_checkpoint
 from lmc.train.metrics_log import now
 from lmc.train.options import Interrupted
 from lmc.train.state import NonFinite, scalar, to_host
@@ -103,31 +105,36 @@ def diverged(run, what: str) -> TrainError:
                       hint="lower train.learning_rate (or add warmup_epochs with cosine_decay)")
 
 
-def save(run, complete: bool = False) -> Path:
-    """RUN_DIR/last.npz of the current state (a collective under data-parallel ranks; rank 0
-    writes it and its `checkpoint` record)."""
+def save(run, complete: bool = False, path: Path | None = None, **record) -> Path:
+    """RUN_DIR/last.npz of the current state — or `path` (keep_best's checkpoints) — (a
+    collective under data-parallel ranks; rank 0 writes it and its `checkpoint` record, with
+    `record`'s fields).  The metadata carries the model-selection state (run.selection)."""
     plan, st, pos = run.plan, run.state, run.state.pos
+    target = plan.ckpt_path if path is None else path
     cfg, net = plan.cfg, plan.net
     meta = {"step": pos.step, "epoch": pos.epoch, "batch": pos.batch, "seed": cfg.seed,
             "shuffle": plan.opts.shuffle, "batch_size": net.batch, "steps_per_epoch": plan.bpe,
             "epochs": cfg.epochs, "loss": run.last_loss, "spec": net.spec.file,
             "name": net.spec.name, "complete": complete, "time": now(),
             "lr": plan.lr_at(max(pos.step, 1)), "swa_n": st.swa_n,
-            "eval_region": st.eval_region(final=complete), "fp8": cfg.fp8.value}
+            "eval_region": st.eval_region(final=complete), "fp8": cfg.fp8.value, **(plan.provenance or {})}
+    if run.selection:
+        meta["selection"] = run.selection
     if plan.ds.vocab is not None:                 # a char-level text's vocabulary travels with the weights
         meta["vocab"] = plan.ds.vocab
     if plan.world.size > 1:
         meta.update(batch_size=plan.gbatch, ranks=plan.world.size, rank_batch=net.batch)
     try:
-        st.save(plan.ckpt_path, meta, write=plan.world.rank == 0)   # rank 0 writes the run's files
+        st.save(target, meta, write=plan.world.rank == 0)   # rank 0 writes the run's files
     except NonFinite as e:
         run.metrics.write(kind="diverged", time=now(), step=pos.step, parameter=e.name)
         raise diverged(run, f"parameter {e.name} is not finite after step {pos.step}") from None
-    run.last_ckpt_step = pos.step
+    if path is None:
+        run.last_ckpt_step = pos.step
     if plan.world.rank == 0:
         run.metrics.write(kind="checkpoint", step=pos.step, epoch=pos.epoch + (1 if pos.batch else 0),
-                          path=str(plan.ckpt_path))
-    return plan.ckpt_path
+                          path=str(target), **record)
+    return target
 
 
 def run_eval(run, final: bool = False) -> EvalResult:
@@ -405,16 +412,112 @@ class EvalCadence(Callback):
 
 
 class CheckpointCadence(Callback):
-    """A checkpoint every checkpoint_every_n_epochs (but the last epoch's), and one of the final
-    state at the end of training (complete once the last step ran)."""
+    """A checkpoint every checkpoint_every_n_epochs, kept as the numbered snapshot
+    RUN/epoch-N.npz (as the Lean kit keeps `_params_eN.bin`) besides RUN/last.npz, and one of the
+    final state at the end of training (complete once the last step ran, or an early stop);
+    the last epoch's snapshot is that final checkpoint."""
+
+    def __init__(self):
+        self.snapshot = None           # the last epoch's number, when it is a snapshot epoch
 
     def after_epoch(self, run, end: EpochEnd):
         cfg, n = run.plan.cfg, end.epoch + 1
-        if (cfg.checkpoint_every_n_epochs and n % cfg.checkpoint_every_n_epochs == 0) and n != cfg.epochs:
-            save(run)
+        if not (cfg.checkpoint_every_n_epochs and n % cfg.checkpoint_every_n_epochs == 0):
+            return
+        if n == cfg.epochs or run.stop_training:
+            self.snapshot = n          # the final save below is this epoch's state
+            return
+        self._snap(run, save(run), n)
 
     def on_train_end(self, run):
-        save(run, complete=run.state.pos.step >= run.plan.total)
+        pos = run.state.pos
+        path = save(run, complete=pos.step >= run.plan.total or run.stopped_early)
+        if self.snapshot is not None and pos.batch == 0 and pos.epoch == self.snapshot:
+            self._snap(run, path, self.snapshot)
+
+    @staticmethod
+    def _snap(run, path: Path, n: int):
+        if run.plan.world.rank == 0:
+            atomic_link(path, run.plan.out / epoch_checkpoint(n))
+
+
+def _metric(run, sel, field: str) -> float:
+    """The value of `sel.metric` in the epoch's eval, refused naming the field when the eval
+    does not report it (data whose labels the check stage could not know)."""
+    d = run.last_eval.as_dict()
+    v = d.get(sel.metric)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        have = ", ".join(k for k, x in d.items() if isinstance(x, (int, float)) and k != "n")
+        raise TrainError(f"train.{field}.metric {sel.metric!r}: this run's evals report {have}")
+    return float(v)
+
+
+def _evaluated(run) -> bool:
+    """An eval scored the state at the end of this epoch (EvalCadence)."""
+    return run.last_eval is not None and run.last_eval_step == run.state.pos.step
+
+
+class KeepBest(Callback):
+    """train.keep_best: after each eval, a checkpoint of the state when its metric is among the
+    k best so far (RUN/best-epoch-N.npz; the others beyond k are deleted), RUN/best.npz the best
+    (ties keep the earlier).  The ranking travels in every checkpoint's metadata, so a resumed
+    run keeps the same files."""
+
+    def on_train_begin(self, run):
+        got = ((run.plan.resumed or {}).get("selection") or {}).get("keep_best")
+        run.selection["keep_best"] = [list(x) for x in got] if got else []
+
+    def on_epoch_end(self, run, end: EpochEnd):
+        if not _evaluated(run):
+            return
+        sel, kept = run.plan.cfg.keep_best, run.selection["keep_best"]
+        v, n = _metric(run, sel, "keep_best"), end.epoch + 1
+        rank = sum(1 for value, _ in kept if not sel.better(v, value))     # earlier ties stay ahead
+        if rank >= sel.k:
+            return
+        out = run.plan.out
+        kept.insert(rank, [v, n])
+        path = save(run, path=out / f"best-epoch-{n}.npz", best=sel.metric, value=v)
+        for _, e in kept[sel.k:]:
+            f = out / f"best-epoch-{e}.npz"
+            if run.plan.world.rank == 0 and f.exists() and e != n:
+                f.unlink()
+        del kept[sel.k:]
+        if rank == 0:
+            if run.plan.world.rank == 0:
+                atomic_link(path, out / BEST)
+            end.line += f"; best {sel.metric} {v:.4g}: {out / BEST}"
+
+
+class EarlyStop(Callback):
+    """train.early_stop: after each eval, training stops once `patience` evals in a row have not
+    improved on the best so far by more than min_delta (the final eval and checkpoint follow);
+    its count travels in every checkpoint's metadata."""
+
+    def on_train_begin(self, run):
+        got = ((run.plan.resumed or {}).get("selection") or {}).get("early_stop")
+        run.selection["early_stop"] = dict(got) if got else {"best": None, "best_epoch": None, "bad": 0,
+                                                              "stopped": False}
+        if run.selection["early_stop"]["stopped"]:
+            run.plan.log(f"nothing to train: the run stopped early at epoch {run.state.pos.epoch} (train.early_stop)")
+            run.stop_training = run.stopped_early = True
+
+    def on_epoch_end(self, run, end: EpochEnd):
+        if not _evaluated(run):
+            return
+        sel, st = run.plan.cfg.early_stop, run.selection["early_stop"]
+        v = _metric(run, sel, "early_stop")
+        if sel.better(v, st["best"], sel.min_delta):
+            st.update(best=v, best_epoch=end.epoch + 1, bad=0)
+            return
+        st["bad"] += 1
+        if st["bad"] >= sel.patience and end.epoch + 1 < run.plan.cfg.epochs:
+            st["stopped"] = True
+            run.stop_training = run.stopped_early = True
+            run.metrics.write(kind="early_stop", step=run.state.pos.step, epoch=end.epoch + 1, metric=sel.metric,
+                              best=st["best"], best_epoch=st["best_epoch"], patience=sel.patience)
+            end.line += (f"; early stop: {sel.metric} has not improved on {st['best']:.4g} (epoch "
+                         f"{st['best_epoch']}) by more than {sel.min_delta:g} in {sel.patience} evals")
 
 
 class Interrupt(Callback):
@@ -452,5 +555,10 @@ def default_callbacks(plan, state) -> Callbacks:
     items += [flusher, EpochReport(), ProgressBar()]
     if plan.cfg.use_swa:
         items.append(SwaUpdate())
-    items += [EvalCadence(), CheckpointCadence(), Interrupt(flusher)]
+    items.append(EvalCadence())
+    if plan.cfg.early_stop is not None:
+        items.append(EarlyStop())
+    if plan.cfg.keep_best is not None:
+        items.append(KeepBest())
+    items += [CheckpointCadence(), Interrupt(flusher)]
     return Callbacks(items)

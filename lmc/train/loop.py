@@ -48,6 +48,8 @@ class Run:
     last_eval: object = None              # lmc.evaluate.score.EvalResult
     last_eval_step: int | None = None
     clock: Clock = field(default_factory=Clock)
+    stopped_early: bool = False           # train.early_stop ended the run before its last epoch
+    selection: dict = field(default_factory=dict)   # keep_best / early_stop state (in checkpoints)
 
 
 def fit(run: Run, step_fn) -> None:

@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from lmc.compile import compile_module, resolve_backend
-from lmc.check import check
-from lmc.core.errors import TrainError
+from lmc._version import __version__
+from lmc.compile import DEFAULT_CHIP, compile_module, compiler_version, find_compiler, resolve_backend
+from lmc.check import check, load_net
+from lmc.core.errors import LmcError, TrainError
 from lmc.data import Batcher
 from lmc.data.batcher import TTA
 from lmc.data.fit import load_data
@@ -33,7 +34,9 @@ from lmc.losses.boxes import BoxAffine
 from lmc.lower.lowering import abi, lower
 from lmc.run import dist
 from lmc.run.checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash
+from lmc.run.rundir import RUN_FILE, RUN_FORMAT, SPEC_FILE, data_differences, read_run_info, saved_spec
 from lmc.run.runtime import Module
+from lmc.spec.netspec import resolved_data, resolved_yaml
 from lmc.train.metrics_log import MetricsLog, NoMetrics, now
 from lmc.train.options import CHECKPOINT, METRICS, VOCAB_FILE, TrainOptions
 from lmc.train.schedule import schedule_name
@@ -129,6 +132,7 @@ class TrainPlan(TrainJob):
     total: int
     stop_at: int               # min(total, --steps)
     module: Module
+    provenance: dict = None    # the sets, backend, chip, versions: in run.json and every checkpoint
 
     def lr_at(self, step: int) -> float:
         return lr_at(self.cfg, self.abi.accum, self.bpe, step)
@@ -151,7 +155,7 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     backend = resolve_backend(job.opts.backend)
     text = lower(job.net, backend=backend, world=job.world.size, the_abi=job.abi,
                  options=job.opts.lower_options)   # before the data: a refusal costs no loading
-    resumed = _read_resume(job)
+    resumed = _read_resume(job, backend)
     ds = _load_data(job, resumed)
     tta = TTA(ds, cfg) if cfg.use_tta else None
     batcher = _batcher(job, ds)
@@ -164,16 +168,69 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     module = _load_module(job, text, backend)
     base = {f.name: getattr(job, f.name) for f in fields(TrainJob)}
     plan = TrainPlan(**base, backend=backend, resumed=None if resumed is None else resumed.meta, ds=ds,
-                     tta=tta, batcher=batcher, bpe=bpe, total=total, stop_at=stop_at, module=module)
+                     tta=tta, batcher=batcher, bpe=bpe, total=total, stop_at=stop_at, module=module,
+                     provenance=_provenance(job, backend))
     return plan, start
 
 
-def _read_resume(job: TrainJob):
+def _provenance(job: TrainJob, backend: str) -> dict:
+    """What a run records of how it was made (run.json, every checkpoint's metadata)."""
+    chip = job.opts.chip or os.environ.get("IREE_CHIP") or DEFAULT_CHIP.get(backend)
+    return {"source_spec": job.net.spec.file, "sets": list(job.net.spec.overrides), "backend": backend,
+            "chip": chip, "lmc_version": __version__, "iree_version": compiler_version(find_compiler())}
+
+
+def _read_resume(job: TrainJob, backend: str):
     if not job.opts.resume:
         return None
     if not job.ckpt_path.exists():
         raise TrainError(f"--resume: no checkpoint to resume in {job.out} ({job.ckpt_path} does not exist)")
+    _check_resume_spec(job, backend)
     return load_checkpoint(job.ckpt_path, job.net, job.abi.opt_keys, region_names(job.cfg, job.abi.accum))
+
+
+def _check_resume_spec(job: TrainJob, backend: str):
+    """--resume against what the run recorded (run.json, spec.yaml): another backend, or a spec
+    whose tensors (parameters, BN statistics, optimizer state, kept averages) differ from the
+    saved one's, is refused naming the difference."""
+    info = read_run_info(job.out)
+    if info is not None and info.get("backend") not in (None, backend):
+        raise TrainError(f"--resume: {job.out} was trained on backend {info['backend']} (chip {info.get('chip')}), "
+                         f"this run would use {backend}; a resumed run is bit-exact only on the backend it ran on",
+                         hint=f"resume with --backend {info['backend']}, or start a new run with --init {job.ckpt_path}")
+    text = saved_spec(job.out)
+    if text is None:
+        return
+    saved = load_net(job.out / SPEC_FILE, text=text, batch=job.net.batch)
+    try:
+        saved_abi = abi(saved, job.world.size)
+    except LmcError:
+        saved_abi = None
+    same_net = net_hash(saved) == net_hash(job.net)
+    same_opt = saved_abi is not None and saved_abi.opt_keys == job.abi.opt_keys and \
+        region_names(saved.spec.train, saved_abi.accum) == region_names(job.cfg, job.abi.accum)
+    if same_net and same_opt:
+        return
+    have, now_ = resolved_data(saved.spec), resolved_data(job.net.spec)
+    diffs = [d for d in data_differences(have, now_) if (d.split(".")[0] == "train") != (not same_net)]
+    diffs = diffs or data_differences(have, now_)
+    what = "the net's tensors" if not same_net else "the optimizer state or the averages it keeps"
+    shown = "; ".join(f"{d}: {_at(have, d)} in {job.out / SPEC_FILE}, {_at(now_, d)} now" for d in diffs[:4])
+    raise TrainError(f"--resume: the spec differs from the one {job.out} was trained with in {what}: {shown}",
+                     hint=f"resume with `lmc train {job.out} --resume` (its saved spec), or start a new run "
+                          f"with --init {job.ckpt_path}")
+
+
+def _at(data, dotted: str):
+    node = data
+    for k in dotted.split("."):
+        if isinstance(node, list) and k.isdigit() and int(k) < len(node):
+            node = node[int(k)]
+        elif isinstance(node, dict) and k in node:
+            node = node[k]
+        else:
+            return "(absent)"
+    return json.dumps(node) if not isinstance(node, str) else node
 
 
 def _load_data(job: TrainJob, resumed):
@@ -310,6 +367,8 @@ def open_metrics(plan: TrainPlan, start: Start):
     dp = {"pids": plan.world.allgather(os.getpid())} if W > 1 else {}
     if plan.resumed is not None:
         metrics.write(kind="resume", time=now(), step=start.step, epoch=start.epoch + 1, batch=start.batch, **dp)
+        if plan.world.rank == 0:
+            _note_resume(plan, start)
         return metrics
     metrics.write(kind="header", time=now(), spec=net.spec.file, name=net.spec.name, **dp,
                   net_hash=net_hash(net), total_params=net.total_params, batch_size=net.batch,
@@ -321,4 +380,35 @@ def open_metrics(plan: TrainPlan, start: Start):
     if plan.ds.vocab is not None and plan.world.rank == 0:
         body = json.dumps({"vocab": "char", "chars": list(plan.ds.vocab)}, ensure_ascii=False)
         atomic_write(plan.out / VOCAB_FILE, lambda f: f.write(body.encode("utf-8")))
+    if plan.world.rank == 0:
+        write_run_files(plan)
     return metrics
+
+
+def _note_resume(plan: TrainPlan, start: Start) -> None:
+    """A resumed run's spec (same tensors; another epoch count or lr is allowed) becomes
+    RUN/spec.yaml, and run.json lists the resume."""
+    text = resolved_yaml(plan.net.spec)
+    if text != saved_spec(plan.out):
+        atomic_write(plan.out / SPEC_FILE, lambda f: f.write(text.encode("utf-8")))
+    info = read_run_info(plan.out)
+    if info is not None:
+        info.setdefault("resumes", []).append({"time": now(), "step": start.step, **plan.provenance})
+        body = json.dumps(info, indent=2, ensure_ascii=False) + "\n"
+        atomic_write(plan.out / RUN_FILE, lambda f: f.write(body.encode("utf-8")))
+
+
+def write_run_files(plan: TrainPlan) -> None:
+    """RUN/spec.yaml (the spec as trained) and RUN/run.json (how: lmc/run/rundir.py)."""
+    net, ds = plan.net, plan.ds
+    spec_text = resolved_yaml(net.spec)
+    atomic_write(plan.out / SPEC_FILE, lambda f: f.write(spec_text.encode("utf-8")))
+    path = plan.opts.data if plan.opts.data is not None else net.spec.dataset_path
+    info = {"format": RUN_FORMAT, "version": 1, "name": net.spec.name, "created": now(), **plan.provenance,
+            "net_hash": net_hash(net), "ranks": plan.world.size,
+            "dataset": {"kind": net.spec.dataset.value if net.spec.dataset is not None else None,
+                        "name": ds.name, "path": None if path is None else str(path),
+                        "n_train": len(ds.x_train), "n_val": len(ds.x_val),
+                        "label_format": ds.label_format, "vocab": ds.vocab}}
+    body = json.dumps(info, indent=2, ensure_ascii=False) + "\n"
+    atomic_write(plan.out / RUN_FILE, lambda f: f.write(body.encode("utf-8")))

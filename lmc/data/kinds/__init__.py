@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
+from lmc.core.errors import DataError
 from lmc.core.registry import discover, registrar
 from lmc.data.dataset import Dataset, fetch_hint
+from lmc.data.resolution import eval_crop
 from lmc.losses import CLASS, Rule
 
 DATASETS: dict[str, type] = {}
@@ -77,6 +81,49 @@ class Kind:
     def option_names(cls) -> tuple[str, ...]:
         """Every keyword option the loader takes: the spec fields', then the others."""
         return tuple(f.name for f in cls.fields) + tuple(cls.options)
+
+    # the stored image shape (C, H, W) of a kind whose examples a flat spec input reads
+    # flattened (digits: an MLP's 64 features are its 8×8 images); None: the spec's own shape
+    image_shape: ClassVar[tuple[int, ...] | None] = None
+    # the class names in label order, when the kind knows them (digits: 0–9)
+    names: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def class_names(cls, path: Path | None) -> list[str] | None:
+        """The names of the classes in label order (`lmc predict`'s table), None when unknown."""
+        return list(cls.names) if cls.names is not None else None
+
+    @classmethod
+    def read_image(cls, file: Path, input_shape: tuple[int, ...], crop_ratio: float):
+        """One image file as the validation split holds its examples (`lmc predict`): float32 of
+        the spec's per-example shape.  By default: Pillow converts it to the channel count (L or
+        RGB), squashes it bilinearly to the stored H×W, scales x/255 to [0, 1] (as the kinds'
+        loaders store their pixels), applies train.test_crop_ratio's resize and centre crop as
+        the eval does to stored images (lmc.data.resolution.eval_crop), and flattens it for a flat
+        input.  Image-folder kinds override it with their own decoding."""
+        from PIL import Image
+
+        shape = tuple(input_shape)
+        img = shape if len(shape) == 3 else cls.image_shape
+        if img is None or (len(shape) != 3 and int(np.prod(img)) != int(np.prod(shape))):
+            raise DataError(f"{file}: the spec's input {list(shape)} is not an image (give a .npy/.npz array "
+                            f"of that shape instead)")
+        c, h, w = img
+        if c not in (1, 3):
+            raise DataError(f"{file}: the net takes {c}-channel images; image files give 1 (L) or 3 (RGB)",
+                            hint="give a .npy/.npz array of the input's shape instead")
+        try:
+            with Image.open(file) as im:
+                im = im.convert("L" if c == 1 else "RGB")
+                if im.size != (w, h):
+                    im = im.resize((w, h), Image.BILINEAR)
+                a = np.asarray(im, dtype=np.float32) / np.float32(255.0)
+        except (OSError, ValueError) as e:
+            raise DataError(f"{file}: cannot read image ({e})") from None
+        a = a[None] if c == 1 else a.transpose(2, 0, 1)
+        if crop_ratio:
+            a = eval_crop(a[None], crop_ratio)[0]
+        return np.ascontiguousarray(a.reshape(shape), dtype=np.float32)
 
     @classmethod
     def check_stream(cls, stream: bool | None) -> None:

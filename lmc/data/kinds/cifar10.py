@@ -8,6 +8,7 @@ from lmc.data.kinds import Kind, register
 @register("cifar10")
 class Cifar10(Kind):
     order = 1
+    names = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
     fetch = ("extract the binary version, cifar-10-binary.tar.gz from "
              "https://www.cs.toronto.edu/~kriz/cifar.html (not the python or matlab one)")
 

@@ -7,6 +7,8 @@ from lmc.data.kinds import Kind, register
 
 @register("digits")
 class Digits(Kind):
+    image_shape = (1, 8, 8)
+    names = ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9")
     order = 8
     embedded = True
     takes_path = False

@@ -9,6 +9,7 @@ from lmc.losses import MASK
 @register("digits_seg")
 class DigitsSeg(Kind):
     order = 11
+    names = ("background",) + tuple(str(d) for d in range(10))    # 1 + d: digit d
     label_format = MASK
     embedded = True
     takes_path = False

@@ -14,5 +14,17 @@ class Imagenette(Kind):
              "holds train/ and val/ — or lay out any images as DIR/{train,val}/<class>/")
 
     @classmethod
+    def class_names(cls, path):
+        """The train/ folder names, sorted: the loader's label order."""
+        train = None if path is None else path / "train"
+        return sorted(p.name for p in train.iterdir() if p.is_dir()) if train is not None and train.is_dir() else None
+
+    @classmethod
+    def read_image(cls, file, input_shape, crop_ratio):
+        """As the folder's validation images: RGB, squashed (or test_crop_ratio's resize and
+        centre crop), ImageNet mean/std."""
+        return imagenette.read_images([file], tuple(input_shape[1:]), crop_ratio=crop_ratio)[0]
+
+    @classmethod
     def load(cls, path, input_shape, num_classes, *, seed, stream, crop_ratio, **options):
         return imagenette.load(path, input_shape, stream, cls.name, crop_ratio, cls.hint())
