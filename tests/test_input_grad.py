@@ -47,7 +47,7 @@ def _cases():
     out = []
     for i, (cid, layers, x, style) in enumerate(LAYER_CASES):
         out_t = _body_out(layers, x, style)[1]
-        if any(f.get("ids_input") for _, f in layers):
+        if any(f.get("ids_input") or f.get("gather") for _, f in layers):
             continue           # token ids: no input gradient (lower refuses it; tested below)
         fits = [loss for loss in losses if _loss_class(loss).oracle_head(out_t, NC) is not None]
         for loss in fits:      # a per-pixel loss needs an image body

@@ -86,6 +86,7 @@ class Conv(Prim):
         (dict(stride=2, pad=(1, 1, 1, 1), groups=3), [_t(2, 6, 5, 5)], [_t(6, 2, 3, 3)]),   # grouped, strided
         (dict(stride=1, pad=(0, 0, 0, 0), groups=3), [_t(2, 6, 3, 3)], [_t(9, 2, 1, 1)]),   # grouped 1x1 (ShuffleNet v1)
         (dict(stride=4, pad=(0, 0, 0, 0), groups=1), [_t(2, 3, 8, 8)], [_t(5, 3, 4, 4)]),   # patchify
+        (dict(stride=2, pad=(0, 0, 0, 0), groups=1), [_t(1, 1, 4, 6)], [_t(6, 1, 2, 2)]),   # patchify, one channel, non-square
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 1, 1)], [_t(4, 3, 3, 3)]),   # 1x1 input: centre tap only
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1), [_t(2, 3, 2, 2)], [_t(4, 3, 3, 3)]),   # s2 to 1x1: dead first row/col
         (dict(stride=1, pad=(2, 0, 0, 1), groups=1), [_t(1, 2, 2, 3)], [_t(3, 2, 3, 2)]),   # asymmetric, taps dead on one side
@@ -100,6 +101,8 @@ class Conv(Prim):
         (dict(stride=2, pad=(1, 1, 1, 1), groups=1, layout="hbwc", out_layout="nchw"), [_t(2, 2, 7, 7)], [_t(3, 2, 3, 3)]),
         (dict(stride=1, pad=(1, 1, 1, 1), groups=2, out_layout="hbwc"), [_t(2, 4, 5, 5)], [_t(4, 2, 3, 3)]),
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1, out_layout="hbwc"), [_t(2, 3, 5, 5)], [_t(4, 3, 3, 3)]),
+        (dict(stride=2, pad=(0, 0, 0, 0), groups=1, out_layout="hbwc"), [_t(1, 1, 4, 6)], [_t(6, 1, 2, 2)]),
+        (dict(stride=2, pad=(0, 1, 0, 1), groups=1, out_layout="hbwc"), [_t(2, 3, 6, 6)], [_t(4, 3, 3, 3)]),
     ]
 
     prefer_hbwc = True
