@@ -1,0 +1,31 @@
+"""[slow] The specs that show a layer kind or a loss on embedded data (tests/test_spec_coverage.py)
+train: a few steps of each through `lmc train`, the real compile and runtime, a finite loss that
+the metrics log records, and a checkpoint."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("iree.runtime")
+
+from lmc.cli import app  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.iree]
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+SHOWCASE = ["digits_separable", "digits_shuffle", "digits_darknet", "digits_fpn_yolo", "mamba_lm",
+            "unet_digits_dice", "unet_digits_dice_ce", "unet_digits_weighted_ce", "unet_digits_focal"]
+
+
+@pytest.mark.parametrize("stem", SHOWCASE)
+def test_showcase_spec_trains(stem, tmp_path):
+    run = tmp_path / "run"
+    r = CliRunner().invoke(app, ["train", str(SPECS / f"{stem}.yaml"), "--steps", "3", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [s["loss"] for s in steps if s["kind"] == "step"]
+    assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
+    assert (run / "last.npz").is_file()
