@@ -394,7 +394,7 @@ def table(rows, peaks: dict | None = None) -> str:
     """peaks: {"native": GFLOP/s, "avx2": GFLOP/s} (measure_peak), each line against its ISA's."""
     peaks = peaks or {}
     rows = [r for r in rows if not r.get("compile_only")]
-    prof = any("dispatches" in r for r in rows)
+    prof = any(r.get("dispatches") for r in rows)
     lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | torchvision eager ms | "
              "torchvision compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | lmc GFLOP/s | of sgemm peak | "
              + ("top-5 dispatches | " if prof else "") + "load |",
@@ -427,7 +427,7 @@ def results_md(rows, m, steps, peaks: dict | None = None) -> str:
            "time per step; `of sgemm peak` its fraction of that peak (the AVX2 lines: of the AVX2 peak)."
            + (" `top-5 dispatches`: the share of lmc's dispatch time per step spent in its 5 costliest "
               "dispatches, of the dispatches per step (benchmarks/dispatch_profile.py)."
-              if any("dispatches" in r for r in rows) else ""),
+              if any(r.get("dispatches") for r in rows) else ""),
            "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
            "same batch, same optimizer; state stays on the device between steps in all of them.",
            "- torchvision columns: PyTorch running torchvision's own model (resnet18, `num_classes=10`) at the same "

@@ -33,3 +33,32 @@ def test_bench_reports_the_step_against_the_peak(tmp_path, monkeypatch):
     assert r["train_gflops"] == pytest.approx(r["train_flops"] / (r["step_ms_median"] * 1e-3) / 1e9)
     assert r["sgemm_peak_gflops"] == 50.0 and r["peak_fraction"] == pytest.approx(r["train_gflops"] / 50.0)
     assert "peak_fraction" not in bench_mod.bench(net, steps=1, warmup=0, forward=False)
+
+
+def _run_module():
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run
+    return run
+
+
+def test_the_bench_tables_carry_gflops_peak_share_and_cold_start():
+    """benchmarks/run.py's tables from a recorded row (no measurement): GFLOP/s is the row's
+    train-step FLOPs over lmc's ms, its share of the measured peak, the top-5 column only when
+    profiled, and a compile-only row only in the cold-start table."""
+    run = _run_module()
+    row = {"net": "mlp", "batch": 8, "lmc": 2.0, "jax": 4.0, "torch": 3.0, "torch_compile": None, "cpu": {"lmc": 3.0},
+           "load": (1.0, 1.0), "train_flops": 2e8, "errors": {}, "first_call_s": {"lmc": 5.5, "jax": 2.0, "torch_compile": 4.0},
+           "lmc_compile_s": {"lmc": 5.0}, "lmc_first_step_s": {"lmc": 0.5},
+           "dispatches": {"share": 0.8, "dispatches_per_step": 43}}
+    only = {**row, "net": "big", "compile_only": True, "lmc": None, "dispatches": None}
+    t = run.table([row, only], {"native": 200.0}).splitlines()
+    assert len(t) == 3 and t[0].count("|") == t[2].count("|")
+    assert "| 100.0 | 50.0% | 80% of 43 |" in t[2]          # 2e8 FLOPs in 2 ms = 100 GFLOP/s, of 200
+    assert "of sgemm peak" in t[0] and "top-5 dispatches" in t[0]
+    assert "top-5" not in run.table([{**row, "dispatches": None}]).splitlines()[0]
+    c = run.cold_table([row, only]).splitlines()
+    assert c[2] == "| mlp (8) | 5.0 | 0.5 | 5.5 | 2.0 | 4.0 | 2.75 |"
+    assert c[3].startswith("| big (8) (compile only) |")
+    md = run.results_md([row], {"cpu": "x", "cores": 2, "date": "d", "python": "3"}, 3, {"native": 200.0})
+    assert "200 GFLOP/s" in md and "Cold start" in md
