@@ -50,11 +50,24 @@ def main():
     Conv.phase_dx = not args.no_phase_dx
     net = infer(load_spec(args.spec, args.sets))
     options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
+    try:
+        bench_line, stats = profile(net, options, args.reps, args.flags, args.dense_dw)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    print(bench_line)
+    if args.raw:
+        print(stats)
+    summarize(stats, args.top)
+
+
+def profile(net, options: LowerOptions, reps: int = 20, flags=(), dense_dw: str = "as_is") -> tuple[str, str]:
+    """Profile net's @train_step: (iree-benchmark-module's train_step lines, iree-profile's
+    statistics text).  RuntimeError with the tool's stderr when one fails."""
     text = lower(net, functions="train_step", options=options)
-    if args.dense_dw != "as_is":
+    if dense_dw != "as_is":
         import dense_forms
-        text = dense_forms.variant(text, args.dense_dw)
-    with micro.extra_flags(args.flags):
+        text = dense_forms.variant(text, dense_dw)
+    with micro.extra_flags(list(flags)):
         c = compile_module(text, options=options)
     a = abi(net)
     ps, opt, st, x, y = _initial(net, np.random.default_rng(0))
@@ -70,18 +83,16 @@ def main():
         prof = Path(d) / "p.ireeprof"
         env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1)}
         cmd = [str(bindir / "iree-benchmark-module"), f"--module={c.path}", "--device=local-task",
-               "--function=train_step", "--benchmark_repetitions=1", f"--benchmark_min_time={args.reps}x",
+               "--function=train_step", "--benchmark_repetitions=1", f"--benchmark_min_time={reps}x",
                "--device_profiling_mode=host-execution", f"--device_profiling_output={prof}", *ins]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
-            sys.exit(r.stderr[-3000:])
-        print("\n".join(l for l in r.stdout.splitlines() if "train_step" in l))
+            raise RuntimeError(r.stderr[-3000:])
+        bench_line = "\n".join(l for l in r.stdout.splitlines() if "train_step" in l)
         s = subprocess.run([str(bindir / "iree-profile"), "statistics", str(prof)], capture_output=True, text=True)
         if s.returncode != 0:
-            sys.exit(s.stderr[-3000:])
-        if args.raw:
-            print(s.stdout)
-        summarize(s.stdout, args.top)
+            raise RuntimeError(s.stderr[-3000:])
+        return bench_line, s.stdout
 
 
 _UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -97,12 +108,32 @@ def _kind(k: str) -> str:
     return k.split("_")[0]
 
 
-def summarize(text: str, top: int):
-    """Top dispatches by time per step, and the time per kind (matmul, transpose, ...)."""
+def parse(text: str) -> list[tuple[float, int, str, str]]:
+    """iree-profile statistics' dispatch rows: (total ms, count, name, kind)."""
     rows = []
     for m in _ROW.finditer(text):
         name, kind, count, total, unit = m.groups()
         rows.append((float(total) * _UNIT[unit], int(count), name, _kind(kind)))
+    return rows
+
+
+def top_share(text: str, top: int = 5) -> dict | None:
+    """The `top` costliest dispatches' share of the step's dispatch time, the dispatches per
+    step and the dispatch time per step (ms); None when the profile has no dispatch rows."""
+    rows = parse(text)
+    if not rows:
+        return None
+    steps = min(c for _, c, _, _ in rows)
+    tot = sum(t for t, _, _, _ in rows)
+    best = sorted(rows, reverse=True)[:top]
+    return {"top": top, "share": sum(t for t, _, _, _ in best) / tot,
+            "dispatches_per_step": sum(c for _, c, _, _ in rows) / steps, "dispatch_ms": tot / steps,
+            "names": [n.split("_dispatch_", 1)[1] for _, _, n, _ in best]}
+
+
+def summarize(text: str, top: int):
+    """Top dispatches by time per step, and the time per kind (matmul, transpose, ...)."""
+    rows = parse(text)
     if not rows:
         print("no dispatch rows in the profile")
         return

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lmc.train.bench import stepper  # noqa: E402
+from lmc.train.bench import sgemm_peak_gflops, stepper, train_step_flops  # noqa: E402
 from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
@@ -55,14 +55,23 @@ NETS = [  # (spec, overrides): the issue's four nets, batch 128, ResNet-18 at CI
                              "layers.0.patch_embed.patch_size=4", "layers.0.patch_embed.n_patches=64"]),
     ("specs/tiny_gpt.yaml", ["train.batch_size=32", "train.grad_clip_norm=0"]),
 ]
+# compile-only rows (--compile-only-nets, and in `make bench`): cold compile and first call of
+# every candidate, no timed steps; the ImageNet nets at their spec's resolution, batch 32
+COMPILE_ONLY = [(f"specs/{n}.yaml", ["train.batch_size=32"])
+                for n in ("resnet50", "efficientnet_v2_s", "convnext_tiny", "swin_tiny")]
 PEERS = ("jax", "torch", "torch_compile")
 # torchvision's own model (peers.TORCHVISION: resnet18), eager and torch.compile, each in the
 # default (NCHW) and the channels_last memory format; the faster format of each is reported
 TV_PEERS = ("tv", "tv_cl", "tv_compile", "tv_compile_cl")
 
 
-def lmc_candidate(net, form: str | None = None):
-    """form: a dense dW rewrite of benchmarks/dense_forms.py (the candidate "lmc+FORM", for A/Bs)."""
+def lmc_candidate(net, form: str | None = None, cold: bool = True):
+    """form: a dense dW rewrite of benchmarks/dense_forms.py (the candidate "lmc+FORM", for A/Bs).
+    cold: compile into an empty LMC_CACHE (this process's own), so compile_s is a cold
+    iree-compile of the train module (lowering included) whatever the user cache holds."""
+    if cold:
+        import tempfile
+        os.environ["LMC_CACHE"] = tempfile.mkdtemp(prefix="lmc-bench-cold-")
     t0 = time.perf_counter()
     options = LowerOptions.from_env()     # after _serve applied an lmc@KEY=VALUE switch
     text = lower(net, options=options)
@@ -72,6 +81,9 @@ def lmc_candidate(net, form: str | None = None):
     c = compile_module(text, options=options)
     compile_s = time.perf_counter() - t0
     step, _ = stepper(net, Module(c.path))
+    if cold:                                        # loaded: the private cache can go
+        import shutil
+        shutil.rmtree(os.environ["LMC_CACHE"], ignore_errors=True)
     return step, {"compile_s": None if c.cached else compile_s}
 
 
@@ -98,7 +110,7 @@ AVX2_ENV = {"IREE_EXTRA_FLAGS": "--iree-llvmcpu-target-cpu=znver3", "XLA_FLAGS":
             "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-def _serve(conn, name: str, spec: str, sets: list[str]):
+def _serve(conn, name: str, spec: str, sets: list[str], cold: bool = True):
     """A candidate's process: build its step, then run blocks of steps on request."""
     try:
         if name.endswith("_avx2"):
@@ -110,11 +122,12 @@ def _serve(conn, name: str, spec: str, sets: list[str]):
             name = "lmc"
         net = infer(load_spec(ROOT / spec, sets))
         if name == "lmc" or name.startswith("lmc+"):
-            call, info = lmc_candidate(net, name.partition("+")[2] or None)
+            call, info = lmc_candidate(net, name.partition("+")[2] or None, cold)
         else:
             call, info = peer_candidate(name, net)
-        first = first_call(call) + (info.get("compile_s") or 0.0)
-        conn.send(("ok", first))
+        step_s = first_call(call)
+        conn.send(("ok", {"first": step_s + (info.get("compile_s") or 0.0), "compile_s": info.get("compile_s"),
+                          "step_s": step_s}))
     except Exception as e:  # report, don't hide
         conn.send(("error", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"))
         return
@@ -136,16 +149,17 @@ def _serve(conn, name: str, spec: str, sets: list[str]):
 class Candidate:
     """One candidate's process and the pipe to it."""
 
-    def __init__(self, ctx, name, spec, sets):
+    def __init__(self, ctx, name, spec, sets, cold: bool = True):
         self.name = name
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, name, spec, sets), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, name, spec, sets, cold), daemon=True)
         self.proc.start()
         status, value = self.conn.recv()
         if status != "ok":
             self.close()
             raise RuntimeError(value)
-        self.first_call_s = value
+        self.first_call_s = value["first"]
+        self.compile_s, self.first_step_s = value["compile_s"], value["step_s"]
 
     def run(self, n: int) -> tuple[float, float]:
         """n steps; (wall s, process CPU s)."""
@@ -200,18 +214,69 @@ def measure(cands: dict, steps: int, warmup: int = 2, block_s: float = 0.2, sett
     return res, errors
 
 
-def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> dict:
+def _peak(conn):
+    conn.send(sgemm_peak_gflops())
+
+
+def measure_peak(avx2: bool = False) -> float:
+    """sgemm_peak_gflops in a process of its own (OpenBLAS's threads do not stay in this one);
+    avx2: OpenBLAS's Haswell (AVX2+FMA) kernels, the peak of the --avx2 rows' instruction set."""
+    ctx = mp.get_context("spawn")
+    if avx2:                                        # the child inherits it before NumPy loads
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+    conn, child = ctx.Pipe()
+    p = ctx.Process(target=_peak, args=(child,), daemon=True)
+    try:
+        p.start()
+    finally:
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+    v = conn.recv()
+    p.join()
+    return v
+
+
+def _profile(conn, spec: str, sets: list[str], top: int):
+    try:
+        import dispatch_profile
+        net = infer(load_spec(ROOT / spec, sets))
+        _, stats = dispatch_profile.profile(net, LowerOptions.from_env(), reps=10)
+        conn.send(("ok", dispatch_profile.top_share(stats, top)))
+    except Exception as e:  # report, don't hide
+        conn.send(("error", f"{type(e).__name__}: {str(e).strip()[-300:]}"))
+
+
+def profile_net(spec: str, sets: list[str], top: int = 5):
+    """benchmarks/dispatch_profile.py's per-dispatch profile of lmc's step (its own process,
+    after the timed rounds): dispatch_profile.top_share's dict, or the error string."""
+    ctx = mp.get_context("spawn")
+    conn, child = ctx.Pipe()
+    p = ctx.Process(target=_profile, args=(child, spec, sets, top), daemon=True)
+    p.start()
+    status, value = conn.recv()
+    p.join()
+    return value if status == "ok" else str(value)
+
+
+def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...], profile: bool = False,
+            cold: bool = True, compile_only: bool = False) -> dict:
     net = infer(load_spec(ROOT / spec, sets))
     if net.spec.name in peers.TORCHVISION:
         which = which + tuple(p for p in TV_PEERS if "compile" not in p or "torch_compile" in which)
-    row = {"net": Path(spec).stem, "batch": net.batch, "errors": {}, "first_call_s": {}, "cpu": {}}
+    row = {"net": Path(spec).stem, "batch": net.batch, "errors": {}, "first_call_s": {}, "cpu": {},
+           "train_flops": train_step_flops(net), "compile_only": compile_only, "lmc_compile_s": {},
+           "lmc_first_step_s": {}}
     ctx = mp.get_context("spawn")
     cands = {}
     try:
         for name in ("lmc",) + which:       # built one after another: compiles do not overlap
             try:
-                cands[name] = Candidate(ctx, name, spec, sets)
+                cands[name] = Candidate(ctx, name, spec, sets, cold)
                 row["first_call_s"][name] = round(cands[name].first_call_s, 2)
+                if name.startswith("lmc"):
+                    row["lmc_compile_s"][name] = cands[name].compile_s
+                    row["lmc_first_step_s"][name] = round(cands[name].first_step_s, 2)
+                if compile_only:               # no timed rounds: free its memory for the next
+                    cands.pop(name).close()
             except Exception as e:
                 row["errors"][name] = str(e)
                 print(f"{name} failed on {spec}: {row['errors'][name]}", file=sys.stderr, flush=True)
@@ -227,6 +292,13 @@ def run_net(spec: str, sets: list[str], steps: int, which: tuple[str, ...]) -> d
     for name in ("lmc",) + which:
         row[name] = res[name][0] if name in res else None
         row["cpu"][name] = res[name][1] if name in res else None
+    if profile:
+        got = profile_net(spec, sets)
+        if isinstance(got, str):
+            row["errors"]["dispatch_profile"] = got
+            print(f"dispatch profile failed on {spec}: {got}", file=sys.stderr, flush=True)
+        else:
+            row["dispatches"] = got
     return row
 
 
@@ -277,29 +349,69 @@ def fmt_tv(r, compiled: bool) -> str:
 
 def _views(r):
     """The table lines of one net: as run, and with --avx2 the AVX2-restricted candidates."""
-    yield {**r, "label": f"{r['net']} ({r['batch']})"}
+    yield {**r, "label": f"{r['net']} ({r['batch']})", "isa": "native"}
     if "lmc_avx2" in r:
         v = {k: x for k, x in r.items() if k not in TV_PEERS}
         v.update({k[:-5]: x for k, x in r.items() if k.endswith("_avx2")})
         v["cpu"] = {k[:-5]: x for k, x in r["cpu"].items() if k.endswith("_avx2")}
-        yield {**v, "label": f"{r['net']} ({r['batch']}), AVX2"}
+        v.pop("dispatches", None)                   # profiled as built for the host only
+        yield {**v, "label": f"{r['net']} ({r['batch']}), AVX2", "isa": "avx2"}
 
 
-def table(rows) -> str:
+def gflops(r, peak):
+    """lmc's achieved GFLOP/s (train_step_flops over its wall time per step) and its % of `peak`."""
+    if not r.get("lmc") or not r.get("train_flops"):
+        return "n/a", "n/a"
+    g = r["train_flops"] / (r["lmc"] * 1e-3) / 1e9
+    return f"{g:.1f}", ("n/a" if not peak else f"{100 * g / peak:.1f}%")
+
+
+def top5(r) -> str:
+    d = r.get("dispatches")
+    return "—" if not d else f"{100 * d['share']:.0f}% of {d['dispatches_per_step']:.0f}"
+
+
+def cold_table(rows) -> str:
+    """Cold start: lmc's cold iree-compile (empty LMC_CACHE) and first step, beside the first call
+    (JIT compile included) of JAX and torch.compile, and lmc's total over the faster of those two."""
+    lines = ["| net (batch) | lmc cold compile s | lmc first step s | lmc total s | JAX first call s | "
+             "torch.compile first call s | lmc/best peer |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for suf, label in (("", ""), ("_avx2", ", AVX2")):
+            if "lmc" + suf not in r["first_call_s"] and "lmc" + suf not in r["errors"]:
+                continue
+            f = r["first_call_s"]
+            comp = r.get("lmc_compile_s", {}).get("lmc" + suf)
+            peers_ = [v for v in (f.get("jax" + suf), f.get("torch_compile" + suf)) if v]
+            lines.append(f"| {r['net']} ({r['batch']}){label}{' (compile only)' if r.get('compile_only') else ''} | "
+                         f"{fmt(comp) if comp is not None else ('n/a' if 'lmc' + suf in r['errors'] else 'cached')} | {fmt(r.get('lmc_first_step_s', {}).get('lmc' + suf))} | "
+                         f"{fmt(f.get('lmc' + suf))} | {fmt(f.get('jax' + suf))} | {fmt(f.get('torch_compile' + suf))} | "
+                         f"{ratio(f.get('lmc' + suf), min(peers_, default=None))} |")
+    return "\n".join(lines)
+
+
+def table(rows, peaks: dict | None = None) -> str:
+    """peaks: {"native": GFLOP/s, "avx2": GFLOP/s} (measure_peak), each line against its ISA's."""
+    peaks = peaks or {}
+    rows = [r for r in rows if not r.get("compile_only")]
+    prof = any(r.get("dispatches") for r in rows)
     lines = ["| net (batch) | lmc ms | JAX ms | PyTorch eager ms | torch.compile ms | torchvision eager ms | "
-             "torchvision compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "torchvision compile ms | lmc/JAX | lmc/best PyTorch | lmc CPU ms | lmc GFLOP/s | of sgemm peak | "
+             + ("top-5 dispatches | " if prof else "") + "load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if prof else "")]
     for r in (v for row in rows for v in _views(row)):
         torch_best = min([v for v in (r.get("torch"), r.get("torch_compile"), tv_best(r, False)[0], tv_best(r, True)[0])
                           if v], default=None)
         lines.append(f"| {r['label']} | {fmt(r['lmc'])} | {fmt(r.get('jax'))} | {fmt(r.get('torch'))} | "
                      f"{fmt(r.get('torch_compile'))} | {fmt_tv(r, False)} | {fmt_tv(r, True)} | "
                      f"{ratio(r['lmc'], r.get('jax'))} | {ratio(r['lmc'], torch_best)} | "
-                     f"{fmt(r['cpu'].get('lmc'))} | {r['load'][0]:.1f}–{r['load'][1]:.1f} |")
+                     f"{fmt(r['cpu'].get('lmc'))} | {' | '.join(gflops(r, peaks.get(r['isa'])))} | "
+                     + (f"{top5(r)} | " if prof else "") + f"{r['load'][0]:.1f}–{r['load'][1]:.1f} |")
     return "\n".join(lines)
 
 
-def results_md(rows, m, steps) -> str:
+def results_md(rows, m, steps, peaks: dict | None = None) -> str:
+    peaks = peaks or {}
     out = ["# Benchmark results", "",
            f"Train step (forward, loss, backward, optimizer update), ms per step, median of {steps} interleaved",
            "rounds (each a block of steps of every candidate in turn, each candidate in a process of its own) after 2 warm-up steps; "
@@ -307,6 +419,15 @@ def results_md(rows, m, steps) -> str:
            f"- machine: {m['cpu']}, {m['cores']} cores; {m['date']}",
            f"- versions: Python {m['python']}, IREE {m.get('iree', '?')} (llvm-cpu, local-task), "
            f"JAX {m.get('jax', '?')}, PyTorch {m.get('torch', '?')}",
+           "- single-precision matmul peak of these cores: "
+           + (", ".join(f"{v:.0f} GFLOP/s" + (" (AVX2 kernels)" if k == "avx2" else "") for k, v in peaks.items())
+              or "not measured")
+           + " (NumPy/OpenBLAS sgemm 4096³, all cores, best of 3). `lmc GFLOP/s` is lmc's train-step FLOPs "
+           "(3 × `lmc info`'s forward FLOPs: forward + backward, the optimizer update not counted) over its wall "
+           "time per step; `of sgemm peak` its fraction of that peak (the AVX2 lines: of the AVX2 peak)."
+           + (" `top-5 dispatches`: the share of lmc's dispatch time per step spent in its 5 costliest "
+              "dispatches, of the dispatches per step (benchmarks/dispatch_profile.py)."
+              if any(r.get("dispatches") for r in rows) else ""),
            "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
            "same batch, same optimizer; state stays on the device between steps in all of them.",
            "- torchvision columns: PyTorch running torchvision's own model (resnet18, `num_classes=10`) at the same "
@@ -314,10 +435,13 @@ def results_md(rows, m, steps) -> str:
            "user would write; NCHW and channels_last both timed in the same rounds, the faster shown.",
            "- `load` is the 1-minute load average before–after the measurement (the machine may be shared; "
            "wall times of all candidates are affected alike, `lmc CPU ms` is lmc's process CPU time per step).",
-           "", table(rows), ""]
+           "", table(rows, peaks), "",
+           "Cold start (each candidate in a fresh process): lmc's iree-compile of the train module into an empty "
+           "LMC_CACHE (lowering included; `cached` when run with --warm-cache and the module was cached), then its "
+           "first step; JAX's and torch.compile's first call (tracing and JIT compile; torch.compile's FX graph "
+           "cache may be warm). Compile-only rows are not timed per step.", "", cold_table(rows), ""]
     firsts = [f"{r['net']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["first_call_s"].items()) for r in rows]
-    out += ["First call, with the compile caches as found (lmc: iree-compile unless the module is cached, "
-            "then the first step; torch.compile: dynamo/inductor, whose FX graph cache may be warm):", ""]
+    out += ["First call of every candidate:", ""]
     out += [f"- {f}" for f in firsts]
     errs = [f"- {r['net']} / {k}: {v}" for r in rows for k, v in r["errors"].items()]
     if errs:
@@ -337,6 +461,13 @@ def main():
     ap.add_argument("--lmc-only", action="store_true", help="no peers (with --lmc-forms: an lmc-only A/B)")
     ap.add_argument("--avx2", action="store_true",
                     help="also run every candidate restricted to AVX2 (emulates a Zen 3 class CPU's ISA; AVX2_ENV)")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="lmc compiles through the user's LMC_CACHE (default: a cold compile into an empty one)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="also the compile-only rows (COMPILE_ONLY: resnet50, efficientnet_v2_s, convnext_tiny, "
+                         "swin_tiny): cold compile and first call, no timed steps")
+    ap.add_argument("--dispatch-profile", action="store_true",
+                    help="also profile lmc's step per dispatch (iree-profile) for the top-5 dispatches' share")
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
     ap.add_argument("--results", type=Path, help="write the results table (Markdown) here")
     args = ap.parse_args()
@@ -345,13 +476,23 @@ def main():
              + (which if not args.lmc_only else ()))
     if args.avx2:
         which = which + ("lmc_avx2",) + tuple(p + "_avx2" for p in which)
+    peaks = {"native": measure_peak()}
+    if args.avx2:
+        peaks["avx2"] = measure_peak(avx2=True)
+    print("sgemm peak: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peaks.items()), file=sys.stderr, flush=True)
     rows = []
-    for spec, sets in NETS:
+    todo = [(spec, sets, False) for spec, sets in NETS]
+    todo += [(spec, sets, True) for spec, sets in COMPILE_ONLY
+             if args.compile_only or (args.nets and Path(spec).stem in args.nets)]
+    for spec, sets, compile_only in todo:
         if args.nets and spec not in args.nets and Path(spec).stem not in args.nets:
             continue
-        row = run_net(spec, sets, args.steps, which)
+        row = run_net(spec, sets, args.steps, which, profile=args.dispatch_profile and not compile_only,
+                      cold=not args.warm_cache, compile_only=compile_only)
         rows.append(row)
-        print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+        if not compile_only:
+            print(table([row], peaks).splitlines()[-1], file=sys.stderr, flush=True)
+        print(cold_table([row]).splitlines()[-1], file=sys.stderr, flush=True)
         extra = [k for k in row if k.startswith(("lmc+", "lmc@"))]
         if extra:                                   # an lmc-variant A/B: wall (CPU) ms per step
             print("  " + ", ".join(f"{k} {row[k] or float('nan'):.2f} ({row['cpu'].get(k) or float('nan'):.2f})"
@@ -359,11 +500,13 @@ def main():
                   file=sys.stderr, flush=True)
     m = machine()
     print()
-    print(table(rows))
+    print(table(rows, peaks))
+    print()
+    print(cold_table(rows))
     if args.json:
-        args.json.write_text(json.dumps({"machine": m, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps({"machine": m, "sgemm_peak_gflops": peaks, "rows": rows}, indent=2))
     if args.results:
-        args.results.write_text(results_md(rows, m, args.steps))
+        args.results.write_text(results_md(rows, m, args.steps, peaks))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ lowering options the text was made with (so two option sets never share an entry
 an option leaves the text alone)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -130,9 +131,11 @@ def cache_key(text: str, fl: list[str], version: str, options: LowerOptions | No
 
 
 def compile_module(text: str, out: Path | None = None, backend: str | None = None, chip: str | None = None,
-                   verbose: bool = False, options: LowerOptions | None = LowerOptions()) -> Compiled:
+                   verbose: bool = False, options: LowerOptions | None = LowerOptions(),
+                   during=None) -> Compiled:
     """Compile `text` (cached); options: what lower() made it with (the defaults unless the caller
-    lowered with others), None for a text lmc did not lower."""
+    lowered with others), None for a text lmc did not lower.  during: a context-manager factory
+    entered around a real iree-compile run (not on a cache hit): `lmc train`'s spinner."""
     exe = find_compiler()
     fl = flags(backend, chip, text)
     key = cache_key(text, fl, compiler_version(exe), options)
@@ -149,7 +152,8 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
     if not hit:
         mlir_tmp.write_text(text)
         try:
-            proc = subprocess.run([exe, str(mlir_tmp), *fl, "-o", tmp_out], capture_output=True, text=True)
+            with (during() if during is not None else contextlib.nullcontext()):
+                proc = subprocess.run([exe, str(mlir_tmp), *fl, "-o", tmp_out], capture_output=True, text=True)
         except OSError as e:
             mlir_tmp.unlink(missing_ok=True)
             raise CompileError(f"cannot run {exe}: {e}") from None

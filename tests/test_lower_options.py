@@ -191,7 +191,7 @@ def test_bench_states_the_options(monkeypatch):
     import lmc.cli.commands as commands
     seen = []
 
-    def fake_bench(net, backend, chip, steps, cold, options):
+    def fake_bench(net, backend, chip, steps, cold, options, peak):
         seen.append(options)
         return {"name": net.spec.name, "lower_options": options.as_dict()}
     monkeypatch.setattr(commands, "bench", fake_bench)

@@ -351,6 +351,7 @@ def bench_cmd(spec: SpecArg,
               steps: Annotated[int, typer.Option(help="Timed train steps after 3 warm-up steps.")] = 20,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
+              peak: Annotated[bool, typer.Option("--peak/--no-peak", help="On llvm-cpu, also measure the machine's float32 matmul peak (NumPy sgemm 4096³, all cores; a few seconds) and report the step's GFLOP/s as its fraction.")] = True,
               set: SetOpt = None) -> None:
     """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
 
@@ -365,7 +366,7 @@ def bench_cmd(spec: SpecArg,
         options = LowerOptions.from_env()
         err.print(f"lowering options: {options.describe()}")
         try:
-            r = bench(net, backend, chip, steps=steps, cold=cold, options=options)
+            r = bench(net, backend, chip, steps=steps, cold=cold, options=options, peak=peak)
         except DeviceMissing as e:   # report what was measured (the compile), then the error
             p = e.partial
             if as_json:
@@ -387,7 +388,8 @@ def bench_cmd(spec: SpecArg,
             ("train step, min / max", f"{r['step_ms_min']:.2f} / {r['step_ms_max']:.2f} ms"),
             ("train step, IQR", f"{r['step_ms_iqr']:.2f} ms"), ("forward, median", f"{r['forward_ms_median']:.2f} ms"),
             ("images/s (train)", f"{r['images_per_s']:,.0f}"),
-            ("achieved GFLOP/s (3x forward FLOPs)", f"{r['train_gflops']:.1f}"),
+            ("achieved GFLOP/s (3x forward FLOPs)", f"{r['train_gflops']:.1f}"
+             + (f" ({100 * r['peak_fraction']:.1f}% of sgemm {r['sgemm_peak_gflops']:.0f})" if "peak_fraction" in r else "")),
             ("peak host memory", f"{r['peak_rss_mb']:.0f} MB"), ("module size", f"{r['vmfb_bytes']:,} bytes")]
     for k, v in rows:
         t.add_row(k, v)

@@ -3,7 +3,9 @@
 Measures compile time (cold, then cached), module load time, the train step (median and
 spread over N steps after warm-up, state device-resident: each step's outputs are the next
 step's inputs, exactly as `lmc train` runs), the forward (eval) function, images/s, achieved
-GFLOP/s (forward + backward ≈ 3× the forward FLOPs of `lmc info`) and peak host memory."""
+GFLOP/s (train_step_flops: forward + backward ≈ 3× the forward FLOPs of `lmc info`), on
+llvm-cpu that rate as a fraction of the machine's measured single-precision matmul peak
+(sgemm_peak_gflops), and peak host memory."""
 from __future__ import annotations
 
 import os
@@ -43,6 +45,33 @@ def _initial(net: TypedNet, rng):
     return ps, opt, st, x, y
 
 
+def train_step_flops(net: TypedNet) -> int:
+    """FLOPs of one train step as lmc counts them: `lmc info`'s forward FLOPs (2 per
+    multiply-add of every matmul/conv, the primitives' documented counts for the rest) times 3
+    — the forward, and a backward of about twice the forward (dx and dW, each one matmul of
+    the forward's size per matmul).  The convention of PyTorch's FLOP counters and of
+    "6·params·tokens"; it slightly overcounts (the first layer needs no dx) and leaves out the
+    optimizer update (a few FLOPs per parameter, O(params) against O(batch·params))."""
+    return 3 * net.total_flops
+
+
+def sgemm_peak_gflops(n: int = 4096, reps: int = 3) -> float:
+    """The machine's single-precision matmul peak as NumPy's BLAS (OpenBLAS, all cores) reaches
+    it: the best of `reps` n×n×n float32 matmuls after one warm-up, GFLOP/s (2·n³ FLOPs each).
+    What "fast" is measured against: a train step cannot beat dense sgemm on the same cores."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), np.float32)
+    np.matmul(a, b, out=c)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=c)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best / 1e9
+
+
 def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
     """One train step of `m` as a zero-argument callable, state device-resident exactly as
     `lmc train` runs it: each step's outputs are the next step's inputs, the batch and one hp
@@ -73,10 +102,11 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
 
 def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
           warmup: int = 3, forward: bool = True, cold: bool = False,
-          options: LowerOptions = LowerOptions()) -> dict:
+          options: LowerOptions = LowerOptions(), peak: bool = False) -> dict:
     """cold=True compiles once into an empty temporary cache, so the cold time is measured
     even when the module is already cached.  options: the lowering's spellings measured (in the
-    result as `lower_options`: a number means little without them)."""
+    result as `lower_options`: a number means little without them).  peak=True (llvm-cpu only)
+    also measures sgemm_peak_gflops after the steps and reports train_gflops as its fraction."""
     backend = resolve_backend(backend)
     text = lower(net, backend=backend, options=options)
     t0 = time.perf_counter()
@@ -125,7 +155,8 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     }
     med = statistics.median(times)
     res["images_per_s"] = net.batch / med
-    res["train_gflops"] = 3 * net.total_flops / med / 1e9
+    res["train_flops"] = train_step_flops(net)
+    res["train_gflops"] = res["train_flops"] / med / 1e9
     if forward:
         a = abi(net)
         n_p, n_s = len(a.params), len(a.state)
@@ -141,4 +172,8 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     res["params"] = net.total_params
     res["forward_flops"] = net.total_flops
+    if peak and backend == "llvm-cpu":      # after peak_rss_mb (its 3 × 64 MiB are not the step's); a
+        # GPU step measured against the host's sgemm would mean nothing
+        res["sgemm_peak_gflops"] = sgemm_peak_gflops()
+        res["peak_fraction"] = res["train_gflops"] / res["sgemm_peak_gflops"]
     return res

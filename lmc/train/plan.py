@@ -13,6 +13,7 @@ checkpoint's consistency checks → initial tensors (init, bootstrap, head and d
 the module.  abi(...) is computed once (TrainJob.abi) and the net lowered once."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -336,9 +337,23 @@ def _initial_start(job: TrainJob) -> Start:
     return Start(params, job.abi.initial_opt(), state, {})
 
 
+def _compiling(job: TrainJob, backend: str):
+    """While iree-compile runs: a spinner with the elapsed time on a terminal (transient), else
+    one plain line, so a cold compile of a deep net (minutes) is not mistaken for a hang."""
+    what = f"compiling {job.net.spec.name} for {backend} (iree-compile)"
+    if job.console.quiet:
+        return contextlib.nullcontext()
+    if not job.console.is_terminal:
+        job.log(f"{what}...")
+        return contextlib.nullcontext()
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    return Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=job.console, transient=True)
+
+
 def _load_module(job: TrainJob, text: str, backend: str) -> Module:
     t0 = time.time()
-    c = compile_module(text, None, backend, job.opts.chip, options=job.opts.lower_options)
+    c = compile_module(text, None, backend, job.opts.chip, options=job.opts.lower_options,
+                       during=lambda: _compiling(job, backend))
     job.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
     return Module(c.path, backend, device=_device(job.world, backend))
 
