@@ -15,6 +15,7 @@ epoch line), as EvalResult does."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import math
 from dataclasses import dataclass, field
@@ -231,6 +232,14 @@ class DetResult:
             return "no validation examples"
         m50, m = self.maps()
         return f"mAP@0.5 {m50:.4f}, mAP@[.5:.95] {m:.4f} ({self.n} images, {sum(len(g[1]) for g in self.gts)} objects)"
+
+
+def require_coco() -> None:
+    """Detection is scored by pycocotools (the `det` extra): refuse before training or loading
+    anything, not at the first evaluation."""
+    if importlib.util.find_spec("pycocotools") is None:
+        raise EvalError("detection mAP needs pycocotools (this net is scored by mAP at every evaluation)",
+                        hint="pip install 'lmc[det]' (pycocotools)")
 
 
 def coco_map(gts, dets, scale: float) -> tuple[float, float]:
