@@ -14,7 +14,7 @@ from lmc.data.batcher import TTA
 from lmc.evaluate.recalibrate import recalibrate_bn
 from lmc.lower.lowering import abi, lower
 from lmc.lower.options import LowerOptions
-from lmc.run.runtime import Module
+from lmc.run.runtime import Module, check_device
 
 
 EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
@@ -30,13 +30,14 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     (lmc/evaluate/recalibrate.py).  options: the lowering's spellings — those `lmc train` used,
     for the cache hit below."""
     _check_args(net, region, recalibrate)
+    b = resolve_backend(backend)
+    check_device(b)                   # before reading weights or data, and before compiling
     w = _weights(net, Path(init), region, recalibrate)
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
     if w.meta is not None and w.meta.get("vocab") != ds.vocab:
         raise EvalError(f"{init} was trained on another character vocabulary than this text's "
                          f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
-    b = resolve_backend(backend)
     a, text = _train_module(net, b, options)
     c = compile_module(text or lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
