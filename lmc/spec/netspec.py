@@ -13,7 +13,7 @@ from lmc.spec.config import DatasetKind, parse_train
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
 from lmc.data.text import VOCABS      # a text dataset's vocabulary: the byte values or the corpus's characters
-from lmc.layers import all_layers
+from lmc.layers import AUTO, all_layers
 from lmc.spec.yamlsrc import load_yaml
 
 TOP_KEYS = ("name", "input", "layers", "train", "dataset", "image_h", "image_w", "det_stride",
@@ -383,7 +383,11 @@ def parse_layer(entry: Any, index: int, where: Loc, loc_of) -> Any:
     else:
         raise SpecError(f"layers[{index}] ({k}): fields must be a mapping or a list, got {show(fields)}", where)
     values, errs = {}, []
+    inferred = cls.inferred_fields()
     for f in fdefs:
+        if f.name in inferred and given.get(f.name, "auto") == "auto":
+            values[f.name] = AUTO       # filled from the incoming shape by shape inference
+            continue
         if f.name not in given:
             if f.default is dataclasses.MISSING:
                 errs.append(SpecError(f"layers[{index}] ({k}): missing field '{f.name}' ({_tn(types_[f.name])})", where))
