@@ -57,3 +57,54 @@ def test_extras_names_survive_the_help(name):
 def test_train_help_names_its_extras():
     text = _help("train")
     assert "lmc[tensorboard]" in text and "lmc[dist]" in text
+
+
+def _readme_flags() -> dict[str, set[str]]:
+    text = (ROOT / "README.md").read_text()
+    table = text.split("<!-- flags-table -->")[1].split("<!-- /flags-table -->")[0]
+    rows = [r for r in table.strip().splitlines()[2:]]
+    out = {}
+    for r in rows:
+        flag, _, cmds = [c.strip() for c in r.strip("|").split("|")]
+        out[flag.strip("`").split()[0]] = {c.strip() for c in cmds.split(",")}
+    return out
+
+
+def test_the_readme_flags_table_matches_the_code():
+    flags = _readme_flags()
+    assert {"--set", "--json", "--limit", "--plot"} <= set(flags)
+    for flag, cmds in flags.items():
+        have = {n for n, c in GROUP.commands.items()
+                if any(flag in p.opts and not p.hidden for p in c.params if p.param_type_name == "option")}
+        assert cmds == have, f"{flag}: the README says {sorted(cmds)}, the code has {sorted(have)}"
+
+
+def test_old_png_flag_names_stay_as_hidden_aliases():
+    hidden = {n: {o for p in c.params if p.param_type_name == "option" and p.hidden for o in p.opts}
+              for n, c in GROUP.commands.items()}
+    assert "--predictions" in hidden["eval"] and "--output" in hidden["plot"]
+    assert "--predictions" not in _help("eval") and "--output" not in _help("plot")
+
+
+@pytest.mark.slow
+def test_eval_limit_and_the_json_flags(tmp_path):
+    """eval --limit N scores N examples; train, validate and layers print JSON (real compile)."""
+    import json
+    import subprocess
+    import sys
+    spec = ROOT / "specs" / "digits_mlp.yaml"
+    lmc = [sys.executable, "-m", "lmc"]
+    r = subprocess.run(lmc + ["train", str(spec), "--steps", "2", "--out", str(tmp_path / "run"), "--json"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["step"] == 2 and s["checkpoint"] == str(tmp_path / "run" / "last.npz") and s["eval"]["n"] == 360
+    r = subprocess.run(lmc + ["eval", str(spec), "--init", s["checkpoint"], "--limit", "50", "--json"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n"] == 50
+    v = json.loads(CliRunner().invoke(app, ["validate", str(spec), "--json"]).stdout)
+    assert v == {"spec": str(spec), "ok": True, "layers": 3, "parameters": 26122, "output_shape": [64, 10], "warnings": []}
+    kinds = json.loads(CliRunner().invoke(app, ["layers", "--json"]).stdout)
+    dense = next(k for k in kinds if k["kind"] == "dense")
+    assert dense["fields"][0] == {"name": "fan_in", "inferred": True} and dense["lowers"]

@@ -34,7 +34,9 @@ from lmc.train.trainer import train as run_training
 from lmc.trust.stats import save_bitmap
 
 @app.command(cls=_Command)
-def validate(spec: SpecArg, set: SetOpt = None) -> None:
+def validate(spec: SpecArg,
+             as_json: Annotated[bool, typer.Option("--json", help="Print the summary (layers, parameters, output shape, warnings) as JSON on stdout.")] = False,
+             set: SetOpt = None) -> None:
     """Parse SPEC and shape-check every layer: exit 0 if it is valid, else print every error and exit 2.
 
     Errors read `file:line:col: message`.  What a valid spec holds that lmc render/train refuse
@@ -44,6 +46,10 @@ def validate(spec: SpecArg, set: SetOpt = None) -> None:
         report = check(net)
         report.raise_invalid()
         warnings = report.refusals()
+    if as_json:
+        print(json.dumps({"spec": str(spec), "ok": True, "layers": len(net.layers), "parameters": net.total_params,
+                          "output_shape": list(net.output.type.dims), "warnings": [w.render("warning") for w in warnings]}))
+        return
     for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
         sys.stderr.write(w.render("warning") + "\n")
     err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
@@ -189,6 +195,7 @@ def train(spec: SpecArg,
           nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
           devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
           dist_timeout: Annotated[Optional[float], typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs); default 300.")] = None,
+          as_json: Annotated[bool, typer.Option("--json", help="At the end, print the run's summary (step, loss, final eval, timings, checkpoint) as JSON on stdout.")] = False,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
@@ -230,6 +237,13 @@ def train(spec: SpecArg,
         raise typer.Exit(130)
     if s.rank:                            # rank 0 reports for a data-parallel run
         return
+    if as_json:
+        print(json.dumps({"out": str(s.out), "step": s.step, "epoch": s.epoch,
+                          "loss": None if s.loss is None else float(s.loss),
+                          "eval": None if s.eval is None else {**s.eval.as_dict(), "region": getattr(s.eval, "region", "live")},
+                          "seconds": s.seconds, "train_seconds": s.train_seconds, "steps_run": s.steps_run,
+                          "examples_per_s": s.images_per_s, "checkpoint": None if s.checkpoint is None else str(s.checkpoint),
+                          "metrics": str(s.out / "metrics.jsonl")}))
     ev = f"; {s.eval.describe()}" if s.eval is not None else ""
     loss = f"{s.loss + 0.0:.4f}" if s.loss is not None else "n/a"
     err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
@@ -265,28 +279,33 @@ def eval_cmd(spec: SpecArg,
              as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON on stdout.")] = False,
              recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
-             predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
+             plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
+             predictions: Annotated[Optional[Path], typer.Option("--predictions", hidden=True, help="The older name of --plot.")] = None,
+             limit: Annotated[Optional[int], typer.Option(help="Score only the first N validation examples.")] = None,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
     with user_errors():
+        if plot is not None and predictions is not None:
+            raise LmcError("--predictions is the older name of --plot: give one of them")
+        plot = plot if plot is not None else predictions
         if dump_correct is not None and dump_correct.suffix != ".npy":
             raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
-                                recalibrate, LowerOptions.from_env())
+                                recalibrate, LowerOptions.from_env(), limit)
         if dump_correct is not None and not hasattr(r, "correct"):
             raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
                            f"(this spec's labels) does not have")
         if dump_correct is not None:
             save_bitmap(dump_correct, r.correct())
             err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
-    if predictions is not None:
+    if plot is not None:
         with user_errors():
-            if not save_predictions(r, predictions):
-                raise LmcError("--predictions draws segmentation, detection or regression outputs; this spec's "
+            if not save_predictions(r, plot):
+                raise LmcError("--plot draws segmentation, detection or regression outputs; this spec's "
                                "labels are class ids")
-        err.print(f"wrote {predictions}", markup=False, highlight=False)
+        err.print(f"wrote {plot}", markup=False, highlight=False)
     if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/evaluate/metrics.py)
         print(json.dumps({**r.as_dict(), "region": r.region}))
     elif as_json:
@@ -319,16 +338,27 @@ def sample(spec: SpecArg,
 
 @app.command(cls=_Command)
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `lmc train` (holds metrics.jsonl).", show_default=False)],
-         output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None) -> None:
+         plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None,
+         output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None) -> None:
     """Plot a run's loss and accuracy curves from RUN_DIR/metrics.jsonl into a PNG."""
     with user_errors():
-        path = plot_run(run_dir, output)
+        if plot_path is not None and output is not None:
+            raise LmcError("-o/--output is the older name of --plot: give one of them")
+        path = plot_run(run_dir, plot_path if plot_path is not None else output)
     err.print(f"wrote {path}", markup=False, highlight=False)
 
 
 @app.command(cls=_Command)
-def layers() -> None:
+def layers(as_json: Annotated[bool, typer.Option("--json", help="Print the kinds as JSON on stdout: fields (with defaults, and which are inferred from the input) and whether each lowers.")] = False) -> None:
     """List every registered layer kind with its fields and whether it lowers yet."""
+    if as_json:
+        print(json.dumps([{"kind": kind, "lowers": lowers(cls),
+                           "fields": [{"name": f.name, **({} if f.default is dataclasses.MISSING else
+                                                          {"default": getattr(f.default, "value", f.default)}),
+                                       **({"inferred": True} if f.name in cls.inferred_fields() else {})}
+                                      for f in dataclasses.fields(cls)]}
+                          for kind, cls in sorted(all_layers().items())], indent=2))
+        return
     t = Table()
     for c in ("kind", "fields", "lowers"):
         t.add_column(c)

@@ -1,6 +1,7 @@
 """`lmc eval`: a checkpoint's weights scored on the validation split."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,19 +23,23 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
                         region: str = "auto", recalibrate: int = 0,
-                        options: LowerOptions = LowerOptions()) -> EvalResult:
+                        options: LowerOptions = LowerOptions(), limit: int | None = None) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
     run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
     recalibrate N > 0: the BN statistics re-estimated from N training batches first
     (lmc/evaluate/recalibrate.py).  options: the lowering's spellings — those `lmc train` used,
-    for the cache hit below."""
+    for the cache hit below.  limit: score only the first N validation examples."""
     _check_args(net, region, recalibrate)
+    if limit is not None and limit < 1:
+        raise EvalError(f"--limit must be at least 1, got {limit}")
     b = resolve_backend(backend)
     check_device(b)                   # before reading weights or data, and before compiling
     w = _weights(net, Path(init), region, recalibrate)
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
+    if limit is not None:
+        ds = dataclasses.replace(ds, x_val=ds.x_val[:limit], y_val=ds.y_val[:limit])
     if w.meta is not None and w.meta.get("vocab") != ds.vocab:
         raise EvalError(f"{init} was trained on another character vocabulary than this text's "
                          f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
