@@ -4,7 +4,7 @@ decoupled decay, a spec without `train:`, and what the machine lacks (a GPU, an 
 refused before anything is compiled or loaded."""
 from __future__ import annotations
 
-import enum
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -32,7 +32,8 @@ def run(*args):
 
 def _choices():
     """Every Choice enum lmc defines (classes and the registry-made ones), with members."""
-    import lmc.layers, lmc.spec.netspec, lmc.check  # noqa: F401  (import everything that defines one)
+    for m in ("lmc.layers", "lmc.spec.netspec", "lmc.check"):     # everything that defines one
+        importlib.import_module(m)
     seen, todo = [], [Choice]
     while todo:
         c = todo.pop()

@@ -25,7 +25,6 @@ in ABI order, C order, no header; a `_bn_stats` companion next to it is used whe
 exact, as the reference does)."""
 from __future__ import annotations
 
-import zipfile
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmc.core.arrays import read_npz
 from lmc.core.errors import CheckpointError
 
 FORMAT = "lmc-checkpoint"
@@ -119,16 +119,17 @@ def atomic_write(path: Path, write) -> None:
 def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
     """Named tensors and the lmc metadata (None for a bare file) of a .npz or .safetensors."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory, expected a checkpoint file",
+                              hint=f"a run's checkpoint is {path / 'last.npz'}" if (path / "last.npz").is_file() else None)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: the file is empty (0 bytes), expected a checkpoint")
     if path.suffix == ".safetensors":
         tensors, meta = _read_safetensors(path)
     elif path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                tensors = {k: f[k] for k in f.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-            raise CheckpointError(f"{path}: not a readable .npz file ({e})") from None
+        tensors = read_npz(path, CheckpointError, "checkpoint")
         meta = None
         if META_KEY in tensors:
             try:
@@ -155,13 +156,26 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
         header = json.loads(raw[8:8 + n])
     except (struct.error, ValueError):
         raise CheckpointError(f"{path}: not a safetensors file (unreadable header)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
     data = memoryview(raw)[8 + n:]
     meta_raw = header.pop("__metadata__", None) or {}
     out = {}
     for name, info in header.items():
-        b, e = info["data_offsets"]
+        try:
+            b, e = info["data_offsets"]
+            shape = tuple(int(d) for d in info["shape"])
+            info["dtype"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path}: tensor {name!r}: malformed header entry {str(info)[:80]}") from None
+        if not 0 <= b <= e or e > len(data):
+            raise CheckpointError(f"{path}: tensor {name!r} lies at bytes {b}–{e} of the data, but the file holds "
+                                  f"{len(data)} (truncated?)")
         buf = bytes(data[b:e])
-        shape = tuple(info["shape"])
+        want = int(np.prod(shape, dtype=np.int64)) * (2 if info["dtype"] in ("BF16", "F16") else
+                                                       np.dtype(_ST_DTYPES.get(info["dtype"], "f4")).itemsize)
+        if len(buf) != want:
+            raise CheckpointError(f"{path}: tensor {name!r} {list(shape)} needs {want} bytes, the file gives {len(buf)}")
         if info["dtype"] == "BF16":
             a = (np.frombuffer(buf, "<u2").astype(np.uint32) << 16).view(np.float32)
         elif info["dtype"] in _ST_DTYPES:
