@@ -28,6 +28,7 @@ from lmc.lower.lowering import abi, lower, option_refusal
 from lmc.lower.options import LowerOptions
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.train.bench import DeviceMissing, bench
+from lmc.train.callbacks import throughput
 from lmc.train.options import Interrupted, TrainOptions
 from lmc.train.plan import check_job
 from lmc.train.trainer import train as run_training
@@ -190,6 +191,7 @@ def train(spec: SpecArg,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          progress_every: Annotated[float, typer.Option(help="Without a terminal (nohup, Slurm, CI), print a progress line (step, loss, throughput, ETA) every N seconds; 0: none.")] = 30.0,
           stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
           tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
@@ -217,6 +219,7 @@ def train(spec: SpecArg,
             net = _load(spec, sets)
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=init,
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
+                                progress_every=progress_every,
                                 tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
                                 nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env())
             if world == 1 and nproc > 1:
@@ -247,7 +250,7 @@ def train(spec: SpecArg,
     ev = f"; {s.eval.describe()}" if s.eval is not None else ""
     loss = f"{s.loss + 0.0:.4f}" if s.loss is not None else "n/a"
     err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
-              f"({s.images_per_s:,.0f} img/s), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
+              f"({throughput(net.spec, s.images_per_s)}), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
               f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)
 
 

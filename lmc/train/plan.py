@@ -112,6 +112,8 @@ def _check_options(opts: TrainOptions, out: Path):
     if opts.resume and opts.init:
         raise TrainError("--resume and --init exclude each other: --resume continues the run in --out, "
                          "--init starts a new one from given parameters")
+    if opts.progress_every < 0:
+        raise TrainError(f"--progress-every must be >= 0 seconds (0: no progress lines), got {opts.progress_every:g}")
     if opts.steps is not None and opts.steps < 1:
         raise TrainError(f"--steps must be at least 1, got {opts.steps}")
     if not opts.resume and not opts.overwrite and (out / CHECKPOINT).exists():
