@@ -340,15 +340,15 @@ def sample(spec: SpecArg,
 
 
 @app.command(cls=_Command)
-def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `lmc train` (holds metrics.jsonl).", show_default=False)],
-         plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None,
+def plot(run_dir: Annotated[list[Path], typer.Argument(help="Run directories written by `lmc train` (each holds metrics.jsonl); several are overlaid, one colour each.", show_default=False)],
+         plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Where to write the PNG (default: RUN_DIR/curves.png for one run, runs-compared.png for several; an existing default file is kept and the next free name used).")] = None,
          output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None) -> None:
-    """Plot a run's loss and accuracy curves from RUN_DIR/metrics.jsonl into a PNG."""
+    """Plot runs' loss, accuracy and learning-rate curves from RUN_DIR/metrics.jsonl into a PNG."""
     with user_errors():
         if plot_path is not None and output is not None:
             raise LmcError("-o/--output is the older name of --plot: give one of them")
-        path = plot_run(run_dir, plot_path if plot_path is not None else output)
-    err.print(f"wrote {path}", markup=False, highlight=False)
+        path, said = plot_run(run_dir, plot_path if plot_path is not None else output)
+    err.print(said, markup=False, highlight=False)
 
 
 @app.command(cls=_Command)
