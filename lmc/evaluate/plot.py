@@ -102,6 +102,10 @@ def plot_run(run_dirs, output: Path | None = None) -> tuple[Path, str]:
             # epoch e averages the steps at x in (e − 1, e]: its mean belongs at the middle
             ax1.plot([r["epoch"] - 0.5 for r in epochs], [r["loss"] for r in epochs], "o-", ms=3, color=c,
                      label=f"{tag}epoch mean")
+        vloss = [r for r in run["recs"] if r.get("kind") == "eval" and r.get("loss") is not None]
+        if vloss:
+            ax1.plot([r["step"] / bpe for r in vloss], [r["loss"] for r in vloss], "s--", ms=4, color=c,
+                     label=f"{tag}val loss (cross-entropy)")
         ep_acc = [r for r in epochs if r.get("acc") is not None]     # a regression loss has none
         if ep_acc:
             seg = any("miou" in r for r in recs if r.get("kind") == "eval")

@@ -31,7 +31,8 @@ class EvalResult:
     top1: int
     top5: int | None = None      # None when the head has ≤ 5 classes
     region: str = "live"         # which weights were scored: live, ema, swa, swag
-    nll: float | None = None     # Σ −log p(label) over the scored tokens (per-position heads: an LM)
+    nll: float | None = None     # Σ −log p(label) over the scored rows (tokens for per-position heads: an LM)
+    per_token: bool = False      # scored per position (an LM): the loss is per token, with its perplexity
     masks: list = field(default_factory=list, repr=False)   # per-batch top-1 correctness (correct_mask)
 
     def correct(self) -> np.ndarray:
@@ -45,8 +46,9 @@ class EvalResult:
             out["top5"] = self.top5 / self.n if self.n else None
             out["top5_lo"], out["top5_hi"] = wilson95(self.top5, self.n)
         if self.nll is not None and self.n:
-            out["loss"] = self.nll / self.n
-            out["perplexity"] = math.exp(self.nll / self.n)
+            out["loss"] = self.nll / self.n          # the validation cross-entropy (no label smoothing)
+            if self.per_token:
+                out["perplexity"] = math.exp(self.nll / self.n)
         return out
 
     def describe(self) -> str:
@@ -57,7 +59,7 @@ class EvalResult:
         if self.top5 is not None:
             lo5, hi5 = wilson95(self.top5, self.n)
             s += f", top-5 {100 * self.top5 / self.n:.2f}% (95% CI {100 * lo5:.2f}–{100 * hi5:.2f})"
-        if self.nll is not None:
+        if self.per_token and self.nll is not None:
             s = f"per-token {s}; loss {self.nll / self.n:.4f} nats, perplexity {math.exp(self.nll / self.n):.3f}"
         return s
 
@@ -87,7 +89,8 @@ def _nll(logits: np.ndarray, y: np.ndarray) -> float:
 def _score(res: EvalResult, logits: np.ndarray, y: np.ndarray) -> None:
     if logits.ndim > 2:                       # per-token scores (accuracy, loss, perplexity)
         logits, y = _per_position(logits, y)
-        res.nll = (res.nll or 0.0) + _nll(logits, y)
+        res.per_token = True
+    res.nll = (res.nll or 0.0) + _nll(logits, y)      # the validation loss (cross-entropy)
     res.n += len(y)
     m = correct_mask(logits, y)
     res.top1 += int(m.sum())
