@@ -19,6 +19,7 @@ from lmc.compile import compile_module, resolve_backend
 from lmc.evaluate.checkpoint import evaluate_checkpoint
 from lmc.evaluate.metrics import save_predictions
 from lmc.evaluate.plot import plot_run
+from lmc.spec.schema import schema_text
 from lmc.evaluate.sample import sample as run_sample
 from lmc.evaluate.score import EvalResult
 from lmc.check import check
@@ -370,6 +371,13 @@ def layers(as_json: Annotated[bool, typer.Option("--json", help="Print the kinds
                            for f in dataclasses.fields(cls))
         t.add_row(kind, fields, "yes" if lowers(cls) else "shape only")
     console.print(t)
+
+
+@app.command(cls=_Command)
+def schema() -> None:
+    """Print the JSON Schema of spec files (generated from the layer, loss, optimizer and dataset
+    registries) for editors: save it and point a YAML language server at it."""
+    sys.stdout.write(schema_text())
 
 
 @app.command("bench", cls=_Command)
