@@ -39,7 +39,14 @@ test-slow: $(BENCH_STAMP)  ## large-net compiles, long trainings, GPU cross-comp
 
 demo: $(RUN_STAMP)  ## train the digits CNN on the embedded dataset (about 30 s on 2 CPU cores), plot it
 	$(BIN)/lmc train specs/digits_cnn.yaml --out runs/digits_cnn --overwrite
-	$(BIN)/lmc plot runs/digits_cnn
+	$(BIN)/lmc plot runs/digits_cnn --plot runs/digits_cnn/curves.png
+	@echo
+	@echo "made: runs/digits_cnn/ (the run directory), runs/digits_cnn/last.npz (the checkpoint),"
+	@echo "      runs/digits_cnn/metrics.jsonl (the metrics), runs/digits_cnn/curves.png (the curves)"
+	@echo "next (or first: . $(VENV)/bin/activate, then plain lmc):"
+	@echo "  $(BIN)/lmc eval specs/digits_cnn.yaml --init runs/digits_cnn/last.npz"
+	@echo "  $(BIN)/lmc attack specs/digits_cnn.yaml --init runs/digits_cnn/last.npz --eps 0,0.05,0.1 --limit 200"
+	@echo "  $(BIN)/lmc bench specs/digits_cnn.yaml"
 
 # the stage order (.importlinter: no stage imports a later one, no cycle) and unused names
 lint: $(TEST_STAMP)

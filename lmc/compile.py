@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmc.core.errors import CompileError
+from lmc.core.fields import did_you_mean
 from lmc.lower.lowering import PACKED
 from lmc.lower.options import LowerOptions
 
@@ -56,7 +57,7 @@ def compiler_version(exe: str) -> str:
 def resolve_backend(backend: str | None) -> str:
     b = backend or os.environ.get("IREE_BACKEND") or "llvm-cpu"
     if b not in BACKENDS:
-        raise CompileError(f"unknown backend {b!r}; expected one of {', '.join(BACKENDS)}")
+        raise CompileError(f"unknown backend {b!r}{did_you_mean(b, BACKENDS)} (expected one of {', '.join(BACKENDS)})")
     return b
 
 

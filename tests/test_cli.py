@@ -281,7 +281,7 @@ def test_compile_refuses_a_bad_spec_before_compiling(fake_compiler, tmp_path):
     assert fake_compiler == []
     r = run("compile", RECIPE, "--backend", "tpu")
     assert r.exit_code == 2
-    assert r.stderr.strip() == "error: unknown backend 'tpu'; expected one of llvm-cpu, cuda, rocm"
+    assert r.stderr.strip() == "error: unknown backend 'tpu' (expected one of llvm-cpu, cuda, rocm)"
     r = run("compile", tmp_path / "missing.mlir")
     assert r.exit_code == 2 and "cannot read" in r.stderr
 

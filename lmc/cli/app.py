@@ -12,10 +12,12 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from lmc.check import load_net
 from lmc.core.errors import LmcError
 from lmc._version import __version__
+from lmc.cli.examples import epilog
 from lmc.compile import compiler_version, find_compiler
 from lmc.run.dist import launched_rank
 from lmc.run.rundir import spec_file
@@ -60,8 +62,26 @@ class _PlainHelp:
         return _plain([opt])[0] if opt is not None else None
 
 
+def _escaped(params):
+    """Help text is rendered as rich markup: escape it, so `pip install 'lmc[tensorboard]'` keeps
+    its brackets (rich would read `[tensorboard]` as a style tag and drop it)."""
+    for p in params:
+        if getattr(p, "help", None):
+            p.help = escape(p.help)
+    return params
+
+
 class _Command(_PlainHelp, typer.core.TyperCommand):
-    pass
+    """A command: its options' help escaped, its examples (lmc/cli/examples.py) closing its help."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        _escaped(self.params)
+        if self.help:
+            self.help = escape(self.help)
+        ex = epilog(self.name)
+        if ex and not self.epilog:
+            self.epilog = escape(ex)
 
 
 class _Group(_PlainHelp, typer.core.TyperGroup):

@@ -19,6 +19,7 @@ from lmc.compile import compile_module, resolve_backend
 from lmc.evaluate.checkpoint import evaluate_checkpoint
 from lmc.evaluate.metrics import save_predictions
 from lmc.evaluate.plot import plot_run
+from lmc.spec.schema import schema_text
 from lmc.evaluate.sample import sample as run_sample
 from lmc.evaluate.score import EvalResult
 from lmc.check import check
@@ -29,13 +30,16 @@ from lmc.lower.options import LowerOptions
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.run.rundir import require_init, resolve_init, run_of_spec
 from lmc.train.bench import DeviceMissing, bench
+from lmc.train.callbacks import throughput
 from lmc.train.options import Interrupted, TrainOptions
 from lmc.train.plan import check_job
 from lmc.train.trainer import train as run_training
 from lmc.trust.stats import save_bitmap
 
 @app.command(cls=_Command)
-def validate(spec: SpecArg, set: SetOpt = None) -> None:
+def validate(spec: SpecArg,
+             as_json: Annotated[bool, typer.Option("--json", help="Print the summary (layers, parameters, output shape, warnings) as JSON on stdout.")] = False,
+             set: SetOpt = None) -> None:
     """Parse SPEC and shape-check every layer: exit 0 if it is valid, else print every error and exit 2.
 
     Errors read `file:line:col: message`.  What a valid spec holds that lmc render/train refuse
@@ -45,6 +49,10 @@ def validate(spec: SpecArg, set: SetOpt = None) -> None:
         report = check(net)
         report.raise_invalid()
         warnings = report.refusals()
+    if as_json:
+        print(json.dumps({"spec": str(spec), "ok": True, "layers": len(net.layers), "parameters": net.total_params,
+                          "output_shape": list(net.output.type.dims), "warnings": [w.render("warning") for w in warnings]}))
+        return
     for w in warnings:     # valid, but lmc render/train would refuse it: say so, still exit 0
         sys.stderr.write(w.render("warning") + "\n")
     err.print(f"{spec}: ok — {len(net.layers)} layers, {net.total_params:,} parameters, "
@@ -185,11 +193,13 @@ def train(spec: SpecArg,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
+          progress_every: Annotated[float, typer.Option(help="Without a terminal (nohup, Slurm, CI), print a progress line (step, loss, throughput, ETA) every N seconds; 0: none.")] = 30.0,
           stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
           tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
           devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
           dist_timeout: Annotated[Optional[float], typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs); default 300.")] = None,
+          as_json: Annotated[bool, typer.Option("--json", help="At the end, print the run's summary (step, loss, final eval, timings, checkpoint) as JSON on stdout.")] = False,
           set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
@@ -212,6 +222,7 @@ def train(spec: SpecArg,
             out = out if out is not None or run_of_spec(spec) is None else run_of_spec(spec)   # `lmc train RUN --resume`
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=resolve_init(None, init),
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
+                                progress_every=progress_every,
                                 tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
                                 nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env())
             if world == 1 and nproc > 1:
@@ -232,10 +243,17 @@ def train(spec: SpecArg,
         raise typer.Exit(130)
     if s.rank:                            # rank 0 reports for a data-parallel run
         return
+    if as_json:
+        print(json.dumps({"out": str(s.out), "step": s.step, "epoch": s.epoch,
+                          "loss": None if s.loss is None else float(s.loss),
+                          "eval": None if s.eval is None else {**s.eval.as_dict(), "region": getattr(s.eval, "region", "live")},
+                          "seconds": s.seconds, "train_seconds": s.train_seconds, "steps_run": s.steps_run,
+                          "examples_per_s": s.images_per_s, "checkpoint": None if s.checkpoint is None else str(s.checkpoint),
+                          "metrics": str(s.out / "metrics.jsonl")}))
     ev = f"; {s.eval.describe()}" if s.eval is not None else ""
     loss = f"{s.loss + 0.0:.4f}" if s.loss is not None else "n/a"
     err.print(f"done: step {s.step}, loss {loss}{ev}; {s.steps_run} steps in {s.train_seconds:.1f}s "
-              f"({s.images_per_s:,.0f} img/s), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
+              f"({throughput(net.spec, s.images_per_s)}), {s.seconds:.1f}s in all; checkpoint {s.checkpoint}, "
               f"metrics {s.out / 'metrics.jsonl'}", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -268,29 +286,34 @@ def eval_cmd(spec: SpecArg,
              recalibrate: Annotated[int, typer.Option(help="Re-estimate the BN running statistics from N training batches in train mode before scoring (for checkpoints without them, e.g. a flat .bin); 0 = use the checkpoint's.")] = 0,
              batch_stats: Annotated[bool, typer.Option("--batch-stats", help="Normalise batch norm with each validation batch's own statistics instead of the running ones (a diagnostic: how far the running statistics are from the batches'; what a recipe with running_bn: false always does).")] = False,
              dump_correct: Annotated[Optional[Path], typer.Option(help="Write the per-example top-1 correctness bitmap (uint8 .npy, validation order) to this file, for `lmc compare`.")] = None,
-             predictions: Annotated[Optional[Path], typer.Option(help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
+             plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of the first validation predictions (segmentation masks, detection boxes, regression outputs) to this file.")] = None,
+             predictions: Annotated[Optional[Path], typer.Option("--predictions", hidden=True, help="The older name of --plot.")] = None,
+             limit: Annotated[Optional[int], typer.Option(help="Score only the first N validation examples.")] = None,
              set: SetOpt = None) -> None:
     """Score a checkpoint on SPEC's validation split: top-1 (and top-5) with 95% Wilson intervals."""
     with user_errors():
+        if plot is not None and predictions is not None:
+            raise LmcError("--predictions is the older name of --plot: give one of them")
+        plot = plot if plot is not None else predictions
         if dump_correct is not None and dump_correct.suffix != ".npy":
             raise LmcError(f"--dump-correct {dump_correct}: expected a .npy file name")
         net = _load(spec, set, batch)
         init = require_init(spec, init)
         r = evaluate_checkpoint(net, init, data, backend, chip,
                                 lambda t: err.print(t, markup=False, highlight=False, soft_wrap=True), region,
-                                recalibrate, LowerOptions.from_env(), batch_stats)
+                                recalibrate, LowerOptions.from_env(), batch_stats=batch_stats, limit=limit)
         if dump_correct is not None and not hasattr(r, "correct"):
             raise LmcError(f"--dump-correct writes per-example top-1 correctness, which {type(r).__name__} "
                            f"(this spec's labels) does not have")
         if dump_correct is not None:
             save_bitmap(dump_correct, r.correct())
             err.print(f"wrote {dump_correct} ({r.n:,} examples, {r.top1:,} correct)", markup=False, highlight=False)
-    if predictions is not None:
+    if plot is not None:
         with user_errors():
-            if not save_predictions(r, predictions):
-                raise LmcError("--predictions draws segmentation, detection or regression outputs; this spec's "
+            if not save_predictions(r, plot):
+                raise LmcError("--plot draws segmentation, detection or regression outputs; this spec's "
                                "labels are class ids")
-        err.print(f"wrote {predictions}", markup=False, highlight=False)
+        err.print(f"wrote {plot}", markup=False, highlight=False)
     if as_json and not isinstance(r, EvalResult):     # segmentation / regression metrics (lmc/evaluate/metrics.py)
         print(json.dumps({**r.as_dict(), "region": r.region}))
     elif as_json:
@@ -322,17 +345,28 @@ def sample(spec: SpecArg,
 
 
 @app.command(cls=_Command)
-def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `lmc train` (holds metrics.jsonl).", show_default=False)],
-         output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the PNG (default: RUN_DIR/curves.png).")] = None) -> None:
-    """Plot a run's loss and accuracy curves from RUN_DIR/metrics.jsonl into a PNG."""
+def plot(run_dir: Annotated[list[Path], typer.Argument(help="Run directories written by `lmc train` (each holds metrics.jsonl); several are overlaid, one colour each.", show_default=False)],
+         plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Where to write the PNG (default: RUN_DIR/curves.png for one run, runs-compared.png for several; an existing default file is kept and the next free name used).")] = None,
+         output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None) -> None:
+    """Plot runs' loss, accuracy and learning-rate curves from RUN_DIR/metrics.jsonl into a PNG."""
     with user_errors():
-        path = plot_run(run_dir, output)
-    err.print(f"wrote {path}", markup=False, highlight=False)
+        if plot_path is not None and output is not None:
+            raise LmcError("-o/--output is the older name of --plot: give one of them")
+        path, said = plot_run(run_dir, plot_path if plot_path is not None else output)
+    err.print(said, markup=False, highlight=False)
 
 
 @app.command(cls=_Command)
-def layers() -> None:
+def layers(as_json: Annotated[bool, typer.Option("--json", help="Print the kinds as JSON on stdout: fields (with defaults, and which are inferred from the input) and whether each lowers.")] = False) -> None:
     """List every registered layer kind with its fields and whether it lowers yet."""
+    if as_json:
+        print(json.dumps([{"kind": kind, "lowers": lowers(cls),
+                           "fields": [{"name": f.name, **({} if f.default is dataclasses.MISSING else
+                                                          {"default": getattr(f.default, "value", f.default)}),
+                                       **({"inferred": True} if f.name in cls.inferred_fields() else {})}
+                                      for f in dataclasses.fields(cls)]}
+                          for kind, cls in sorted(all_layers().items())], indent=2))
+        return
     t = Table()
     for c in ("kind", "fields", "lowers"):
         t.add_column(c)
@@ -341,6 +375,13 @@ def layers() -> None:
                            for f in dataclasses.fields(cls))
         t.add_row(kind, fields, "yes" if lowers(cls) else "shape only")
     console.print(t)
+
+
+@app.command(cls=_Command)
+def schema() -> None:
+    """Print the JSON Schema of spec files (generated from the layer, loss, optimizer and dataset
+    registries) for editors: save it and point a YAML language server at it."""
+    sys.stdout.write(schema_text())
 
 
 @app.command("bench", cls=_Command)

@@ -14,6 +14,7 @@ from rich.table import Table
 from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
 from lmc.core.errors import LmcError
 from lmc.evaluate.interval import wilson95
+from lmc.evaluate.plot import png_target
 from lmc.lower.options import LowerOptions
 from lmc.run.rundir import require_init
 from lmc.trust.attack import check_args as check_attack_args, clean_correct, pgd, plot_attack
@@ -110,9 +111,9 @@ def attack(spec: SpecArg,
         init = require_init(spec, init)
         m = load_model(net, init, data, backend, chip, _log, "input_grad", region, limit, LowerOptions.from_env())
         clean, results = pgd(m, radii, norm, steps, step_size, restarts, seed, log=_log)
-        path = plot or Path(init).with_name(f"attack-{norm}.png")
+        path, said = png_target(plot, Path(init).with_name(f"attack-{norm}.png"))
         plot_attack(clean, results, path, f"{net.spec.name}: PGD-{steps} {norm}, {restarts} restart(s)")
-        _log(f"wrote {path}")
+        _log(said)
     n = len(clean)
     cd = {"n": n, "correct": int(clean.sum()), "top1": float(clean.mean()),
           "top1_ci": list(wilson95(int(clean.sum()), n))}
@@ -159,10 +160,10 @@ def certify(spec: SpecArg,
         init = require_init(spec, init)
         m = load_model(net, init, data, backend, chip, _log, "forward", region, limit, LowerOptions.from_env())
         certs = run_certify(m, sigma, n0, n, alpha, seed, log=_log)
-        path = plot or Path(init).with_name(f"certify-sigma{sigma:g}.png")
+        path, said = png_target(plot, Path(init).with_name(f"certify-sigma{sigma:g}.png"))
         plot_certified({f"smoothed, σ = {sigma:g}": ([c.radius for c in certs], [c.correct for c in certs])}, path,
                        f"{net.spec.name}: randomized smoothing, n = {n:,}, α = {alpha:g}", radius_cap(sigma, n, alpha))
-        _log(f"wrote {path}")
+        _log(said)
     acc = certified_accuracy(certs, rs)
     if as_json:
         print(json.dumps({"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed,
@@ -210,9 +211,9 @@ def lipschitz_cmd(spec: SpecArg,
         rad = margin_radii(logits, m.y, L)
         right = clean_correct(m).astype(bool)
         acc = certified(rad, right, rs)
-        path = plot or Path(init).with_name("lipschitz.png")
+        path, said = png_target(plot, Path(init).with_name("lipschitz.png"))
         plot_certified({f"margin/(√2·L), L = {L:.3g}": (rad, right)}, path, f"{net.spec.name}: Lipschitz certificate")
-        _log(f"wrote {path}")
+        _log(said)
     vacuous = [a["radius"] for a in acc if a["radius"] > 0 and a["correct"] == 0]
     if as_json:
         print(json.dumps({"layers": layers, "L": L, "clean": float(right.mean()),

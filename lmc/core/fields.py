@@ -2,6 +2,7 @@
 that turns a YAML value into a typed field value (or a SpecError saying what was expected)."""
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import re
@@ -42,7 +43,8 @@ def snake(name: str) -> str:
 
 
 class Choice(str, enum.Enum):
-    """An enum spelled in YAML by its snake_case name (camelCase accepted)."""
+    """An enum spelled in YAML by its snake_case name (camelCase accepted).  An enum may carry
+    `_choice_aliases` ({other name: member value}, set after it is made), names it also accepts."""
 
     @classmethod
     def parse(cls, value: Any, where: str) -> "Choice":
@@ -50,13 +52,24 @@ class Choice(str, enum.Enum):
             return value
         if isinstance(value, str):
             key = snake(value.lstrip("."))
+            key = getattr(cls, "_choice_aliases", {}).get(key, key)
             for m in cls:
                 if m.value == key:
                     return m
-        raise SpecError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {show(value)}")
+        raise SpecError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {show(value)}"
+                        + did_you_mean(value, [m.value for m in cls]))
 
     def __str__(self) -> str:
         return self.value
+
+
+def did_you_mean(value: Any, options) -> str:
+    """`"; did you mean 'relu'?"` for the option closest to `value` (compared snake_case, so
+    `Reluu` finds `relu`), or "" when nothing is close or `value` is not a name."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(snake(value.lstrip(".")), list(options), 1, 0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 class Activation(Choice):

@@ -17,13 +17,13 @@ refused rather than guessed at.
 """
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from lmc.data.dataset import Dataset
 from lmc.data.split import holdout
+from lmc.core.arrays import read_npz as _read_npz
 from lmc.core.errors import DataError
 from lmc.losses import BOXES, CLASS, FLOAT, MASK
 
@@ -33,21 +33,25 @@ EXPECTED = "expected keys x [N, ...] and y [N, ...], optionally x_val and y_val"
 
 def read_npz(path: Path, hint: str | None = None) -> dict[str, np.ndarray]:
     """Every array of the file (`hint`: where it comes from, for the error when it is missing)."""
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"no such file: {path}, expected a .npz file with keys x [N, ...] and y [N] "
                         f"(optionally x_val and y_val)", hint=hint)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    return _read_npz(path, DataError, "dataset .npz file")
 
 
 def images(arrays: dict[str, np.ndarray], key: str, path: Path) -> np.ndarray:
     x = arrays[key]
     if x.ndim < 2:
         raise DataError(f"{path}: '{key}' has shape {x.shape}; expected [N, C, H, W] or [N, D]")
+    if len(x) == 0:
+        raise DataError(f"{path}: '{key}' has 0 rows (an empty split)")
     if x.dtype == np.float32:
+        finite = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+        if not finite.all():
+            row = int(np.argmin(finite))
+            what = "NaN" if np.isnan(x[row]).any() else "Inf"
+            raise DataError(f"{path}: '{key}' row {row} holds {what} ({int((~finite).sum())} rows are not finite)",
+                            hint="drop or impute those rows before training")
         return x
     if x.dtype == np.uint8:
         return x.astype(np.float32) / np.float32(255.0)

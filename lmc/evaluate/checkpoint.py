@@ -1,6 +1,7 @@
 """`lmc eval`: a checkpoint's weights scored on the validation split."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from lmc.evaluate.recalibrate import recalibrate_bn
 from lmc.graph.init import init_tensors
 from lmc.lower.lowering import abi, eval_batch_stats, lower
 from lmc.lower.options import LowerOptions
-from lmc.run.runtime import Module
+from lmc.run.runtime import Module, check_device
 
 
 EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
@@ -23,7 +24,8 @@ EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
 
 def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None, chip: str | None, log,
                         region: str = "auto", recalibrate: int = 0,
-                        options: LowerOptions = LowerOptions(), batch_stats: bool = False) -> EvalResult:
+                        options: LowerOptions = LowerOptions(), batch_stats: bool = False,
+                        limit: int | None = None) -> EvalResult:
     """`lmc eval`: score a checkpoint's parameters and BN statistics on the validation split.
     region: live (the trained weights), ema, swa, swag (samples around the SWA mean, as the
     run's final eval), or auto — the weights the run's own eval scored at that checkpoint.
@@ -31,16 +33,22 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     (lmc/evaluate/recalibrate.py).  options: the lowering's spellings — those `lmc train` used,
     for the cache hit below.  batch_stats: BN normalised with each eval batch's own statistics
     whatever train.running_bn says (the Lean kit's LEAN_MLIR_EVAL_BATCHSTATS diagnostic: how far
-    the running statistics are from the batches'); with running_bn false that is the recipe's eval."""
+    the running statistics are from the batches'); with running_bn false that is the recipe's eval.
+    limit: score only the first N validation examples."""
     _check_args(net, region, recalibrate, batch_stats)
+    if limit is not None and limit < 1:
+        raise EvalError(f"--limit must be at least 1, got {limit}")
+    b = resolve_backend(backend)
+    check_device(b)                   # before reading weights or data, and before compiling
     stats = batch_stats or eval_batch_stats(net)
     w = _weights(net, Path(init), region, recalibrate, stats)
     seed = net.spec.train.seed if net.spec.train is not None else 0
     ds = load_data(net, data, seed)
+    if limit is not None:
+        ds = dataclasses.replace(ds, x_val=ds.x_val[:limit], y_val=ds.y_val[:limit])
     if w.meta is not None and w.meta.get("vocab") != ds.vocab:
         raise EvalError(f"{init} was trained on another character vocabulary than this text's "
                          f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
-    b = resolve_backend(backend)
     a, text = _train_module(net, b, options)
     if stats != eval_batch_stats(net):      # --batch-stats on a running_bn: true recipe: another @forward
         text = None

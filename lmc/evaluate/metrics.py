@@ -15,6 +15,7 @@ epoch line), as EvalResult does."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import math
 from dataclasses import dataclass, field
@@ -240,6 +241,14 @@ def detections(loss, logits: np.ndarray) -> list[tuple]:
         keep = np.asarray(keep_all, np.int64)
         out.append((boxes[k][keep], scores[k][keep], classes[k][keep]))
     return out
+
+
+def require_coco() -> None:
+    """Detection is scored by pycocotools (the `det` extra): refuse before training or loading
+    anything, not at the first evaluation."""
+    if importlib.util.find_spec("pycocotools") is None:
+        raise EvalError("detection mAP needs pycocotools (this net is scored by mAP at every evaluation)",
+                        hint="pip install 'lmc[det]' (pycocotools)")
 
 
 def coco_map(gts, dets, scale: float) -> tuple[float, float]:

@@ -75,7 +75,7 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
     g = Graph()
     x0 = g.input(TensorType((batch,) + tuple(spec.input)))
     x = x0
-    infos = []
+    infos, filled = [], []
     for entry in spec.layers:
         layer = entry.layer
         g.prefix = param_prefix(entry)
@@ -85,6 +85,8 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         try:
             if entry is spec.layers[-1] and spec.train is not None and spec.train.dropout:
                 x = _dropout(g, x, entry, spec)
+            layer = layer.filled(x.type)          # `auto` input sizes from the incoming shape
+            filled.append(dataclasses.replace(entry, layer=layer))
             x = layer.build(g, x, spec)
             lowered = all(n.prim.lowered() for n in g.nodes[n_nodes:])
         except ShapeError as e:
@@ -112,6 +114,8 @@ def infer(spec: NetSpec, batch: int | None = None) -> TypedNet:
         raise SpecError("train.drop_path: the net has no stochastic-depth site (the residual branches of "
                         "residual, bottleneck, inverted-residual, MBConv, UIB, ConvNeXt and transformer blocks)",
                         spec.loc("train", "drop_path"))
+    if any(f.layer is not e.layer for f, e in zip(filled, spec.layers)):
+        spec = dataclasses.replace(spec, layers=tuple(filled))     # the net as inferred: sizes filled
     return TypedNet(spec, batch, x0.type, g, infos, x)
 
 

@@ -11,10 +11,23 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from lmc.core.errors import NotImplementedKind
+from lmc.core.errors import NotImplementedKind, ShapeError
 from lmc.core.registry import discover, registrar
 
 LAYERS: dict[str, type] = {}
+
+
+class _Auto:
+    """The value of an input-size field left out or written `auto`: shape inference fills it
+    from the incoming tensor (Layer.filled) before the layer builds."""
+
+    def __repr__(self) -> str:
+        return "auto"
+
+    __str__ = __repr__
+
+
+AUTO = _Auto()
 
 
 register = registrar(LAYERS, "layer kind", attr="kind")
@@ -34,6 +47,32 @@ class Layer:
     from_seed: ClassVar[bool] = True
     # int fields for which 0 is a legal value
     zero_ok: ClassVar[frozenset] = frozenset()
+    # input-size fields: {field: axis of the input tensor [B, ...] whose size it must equal}.  Such a
+    # field may be left out or written `auto` and is filled from the incoming shape; an explicit
+    # value is still checked by build.  `ic` and `fan_in` are the channel / feature axis (1) of
+    # every kind that has them; a kind adds its own (LayerNorm's `dim`: the last axis, -1).
+    inferred: ClassVar[dict[str, int]] = {}
+    _INFERRED_BY_NAME: ClassVar[dict[str, int]] = {"ic": 1, "fan_in": 1}
+
+    @classmethod
+    def inferred_fields(cls) -> dict[str, int]:
+        """{field: input axis} of this kind's input-size fields."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        out = {k: a for k, a in cls._INFERRED_BY_NAME.items() if k in names}
+        out.update(cls.inferred)
+        return out
+
+    def filled(self, t) -> "Layer":
+        """This layer with its `auto` input-size fields set from the incoming type `t`."""
+        auto = {k: a for k, a in self.inferred_fields().items() if getattr(self, k) is AUTO}
+        if not auto:
+            return self
+        vals = {}
+        for k, a in auto.items():
+            if not -t.rank <= a < t.rank or (a % t.rank) == 0:
+                raise ShapeError(f"cannot infer {k} from the input {t.shape_str()}", hint=f"give {k} explicitly")
+            vals[k] = t.dims[a]
+        return dataclasses.replace(self, **vals)
 
     @classmethod
     def net_before(cls, fields: dict, x) -> tuple[list, tuple] | None:
@@ -48,6 +87,8 @@ class Layer:
                                  f"but cannot be lowered to StableHLO yet)")
 
     def describe(self) -> str:
+        """`dense(fan_in=64, fan_out=10, act=identity)`: every field, the inferred ones filled
+        (after shape inference) or `auto`."""
         vals = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)]
         return f"{self.kind}(" + ", ".join(vals) + ")"
 

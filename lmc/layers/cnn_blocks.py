@@ -127,6 +127,7 @@ class DarknetBlock(Layer):
     (0.1) → 3×3 c/2→c → BN → leaky relu → + input.  Output [B, c, H, W].
     Params per unit: conv1.{weight [c/2,c,1,1], γ, β}, conv2.{weight [c,c/2,3,3], γ, β}.
     Assumptions: NCHW input with `channels` channels (spec-only: leaky relu is not a primitive)."""
+    inferred: ClassVar = {"channels": 1}      # filled from the input when left out or `auto`
     channels: int
     n_blocks: int
     examples: ClassVar = [(dict(channels=4, n_blocks=2), TensorType((2, 4, 5, 5)))]

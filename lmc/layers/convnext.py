@@ -42,6 +42,7 @@ class ConvNextStage(Layer):
     [4c,c,1,1], pw1.bias [4c], pw2.weight [c,4c,1,1], pw2.bias, layer_scale [c] (init constant
     1e-6, held in Param.std); norm bn also keeps running mean/var.
     Assumptions: NCHW input with `channels` channels; no stochastic depth."""
+    inferred: ClassVar = {"channels": 1}      # filled from the input when left out or `auto`
     channels: int
     n_blocks: int
     norm: Normalization = Normalization.ln

@@ -19,6 +19,7 @@ class TransformerDecoder(Layer):
     .{weight [dim,dim], bias}, ln2 γ β, cross_attn.{q,k,v,out}.{weight, bias}, ln3 γ β,
     mlp.fc1 [dim,mlp_dim] + bias, mlp.fc2 [mlp_dim,dim] + bias (the Lean kit's count).
     Assumptions: heads divides dim; no final LayerNorm."""
+    inferred: ClassVar = {"dim": -1}      # filled from the input when left out or `auto`
     dim: int
     heads: int
     mlp_dim: int
@@ -56,6 +57,7 @@ class DetrHeads(Layer):
     on the host, class CE + L1 + GIoU in the graph).
     Params: class.weight [dim,n_classes+1], class.bias, box.fc1 [dim,dim] + bias, box.fc2
     [dim,dim] + bias, box.fc3 [dim,4] + bias.  Assumptions: input [B, Q, dim] decoder output."""
+    inferred: ClassVar = {"dim": -1}      # filled from the input when left out or `auto`
     dim: int
     n_classes: int
     examples: ClassVar = [(dict(dim=8, n_classes=3), TensorType((2, 5, 8)))]

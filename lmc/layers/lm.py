@@ -71,6 +71,7 @@ class LmHead(Layer):
     per-pixel cross-entropy applies with labels [B, seq_len, 1]; the reference's train graph).
     Params: weight [d_model, vocab_size] (He fan-in), bias [vocab_size].
     Assumptions: input [B, seq_len, d_model] (a causal or keep_sequence encoder)."""
+    inferred: ClassVar = {"d_model": -1}      # filled from the input when left out or `auto`
     d_model: int
     vocab_size: int
     seq_len: int

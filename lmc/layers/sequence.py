@@ -22,6 +22,7 @@ class MambaBlock(Layer):
     depthwise, kernel 4), x_proj.weight [e, 2·state_size] (B and C), a_log [e, state_size],
     d [e], out_proj.weight [e, dim] — the Lean kit's count n·(3·e·dim + 3·e·N + 5·e + dim):
     no Δ projection and no biases.  Assumptions: input [B, L, dim]."""
+    inferred: ClassVar = {"dim": -1}      # filled from the input when left out or `auto`
     dim: int
     state_size: int
     expand: int

@@ -20,6 +20,7 @@ class LayerNorm(Layer):
     Params: gamma [dim] (ones), beta [dim] (zeros).
     Assumptions: input [B, dim] or [B, N, dim]; the seed's snapshot has no codegen for this
     kind, so it follows the token LayerNorm of the transformer blocks."""
+    inferred: ClassVar = {"dim": -1}      # filled from the input when left out or `auto`
     dim: int
     examples: ClassVar = [(dict(dim=6), TensorType((2, 6))), (dict(dim=4), TensorType((2, 3, 4)))]
     rejects: ClassVar = [(dict(dim=6), (2, 5), ["dim=6", "5 features"]),
@@ -103,6 +104,7 @@ class TransformerEncoder(Layer):
     ln2.γ, ln2.β, mlp.fc1.weight [dim,mlp_dim], fc1.bias, mlp.fc2.weight [mlp_dim,dim],
     fc2.bias; then ln.gamma, ln.beta.
     Assumptions: heads divides dim (and dim/heads is even with rope); no dropout."""
+    inferred: ClassVar = {"dim": -1}      # filled from the input when left out or `auto`
     dim: int
     heads: int
     mlp_dim: int

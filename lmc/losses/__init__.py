@@ -22,6 +22,7 @@ registration: `Loss.lowered`); a declared kind without one is refused by `lmc re
 loss name appears outside its own module (config.effective_loss, the seed's derivation, aside)."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NamedTuple
 
@@ -42,6 +43,15 @@ BOXES = "boxes"             # YOLO box targets
 FLOAT = "float"             # f32 regression target of the output's shape
 
 LOSSES: dict[str, type] = {}
+
+
+def suggest_loss(name: str) -> str | None:
+    """The loss kind closest to an unknown `name`: by spelling, or by what other libraries call it."""
+    losses = all_losses()
+    close = difflib.get_close_matches(name, list(losses), 1, 0.6)
+    if close:
+        return close[0]
+    return next((k for k, cls in losses.items() if name in cls.known_as), None)
 
 
 def _derive(cls):
@@ -112,6 +122,9 @@ class Loss:
     # the step's labels need the net's current predictions (prepare_labels: DETR's matching);
     # the trainer then runs @forward on each batch and hands its outputs over
     host_labels: ClassVar[bool] = False
+    # what other libraries call this loss: an unknown `loss_kind` of one of these names is
+    # answered "did you mean '<this kind>'?" (not accepted: the kinds are the Lean kit's names)
+    known_as: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def oracle_head(out: TensorType, nc: int) -> list | None:

@@ -13,6 +13,7 @@ from lmc.losses import MULTI_HOT, Loss, near_ties, register, row_types
 
 @register("bce")
 class BCE(Loss):
+    known_as = ("binary_cross_entropy", "bce_with_logits", "binary_crossentropy")
     order = 9
     label_format = MULTI_HOT
     examples = [({"loss_kind": "bce"}, [("", {})])]

@@ -14,6 +14,7 @@ Q_FLOOR = 1e-7          # the focal factor's floor (losses.md §2.1)
 
 @register("class_ce")
 class ClassCE(Loss):
+    known_as = ("cross_entropy", "ce", "softmax_cross_entropy", "sparse_categorical_crossentropy", "nll")
     order = 0
     oracle_grid = True
     default = True                # the seed's default loss_kind (config.effective_loss derives from it)

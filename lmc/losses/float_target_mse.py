@@ -13,6 +13,7 @@ from lmc.losses import FLOAT, Loss, register
 
 @register("float_target_mse")
 class FloatTargetMSE(Loss):
+    known_as = ("mse", "l2", "mean_squared_error")
     order = 7
     label_format = FLOAT
     logits_rank = None            # any output: the target has its shape

@@ -18,6 +18,7 @@ def _positive(v):
 
 @register("huber")
 class Huber(FloatTargetMSE):
+    known_as = ("smooth_l1", "huber_loss")
     order = 11                    # lmc's addition after the seed's kinds and detr_set
     params = (Param("delta", float, 1.0, check=_positive),)
     dataset_need = None           # float targets: float_target_mse's words say what a dataset needs

@@ -9,6 +9,7 @@ from lmc.losses import SOFT, Loss, near_ties, register, row_types
 
 @register("soft_label_ce")
 class SoftLabelCE(Loss):
+    known_as = ("categorical_crossentropy", "soft_cross_entropy")
     order = 1
     label_format = SOFT
     oracle_grid = True

@@ -55,6 +55,8 @@ class Optimizer:
     digits_mlp: ClassVar[dict[str, tuple[str, ...]]] = {}
     # the recipe fields this optimizer adds (core.fields.RecipeField); its hp_values reads them
     recipe_fields: ClassVar[tuple] = ()
+    # other names `optimizer:` accepts for exactly this optimizer (Adam's decoupled decay is AdamW)
+    aliases: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -109,6 +111,11 @@ def optimizer_names() -> list[str]:
     `train.optimizer` accepts (spec.config.OptimizerKind is made from this)."""
     opts = all_optimizers()
     return sorted(opts, key=lambda n: (opts[n].seed_index is None, opts[n].seed_index or 0, n))
+
+
+def optimizer_aliases() -> dict[str, str]:
+    """{alias: optimizer name}: the other names the optimizers answer to (`adamw` → `adam`)."""
+    return {a: n for n, cls in all_optimizers().items() for a in cls.aliases}
 
 
 def select(cfg) -> str:

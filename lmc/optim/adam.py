@@ -18,6 +18,7 @@ class Adam(Optimizer):
     seed_index = 1
     digits_mlp = {"adam": ()}
     slots = ("m", "v")
+    aliases = ("adamw",)      # the decay below is AdamW's (decoupled, on the old θ)
     hp = ("beta1", "beta2", "eps", "t")
     examples = [({"learning_rate": 0.01, "use_adam": True}, [("", {}), ("adamw", {"weight_decay": 0.05})]),
                 ({"learning_rate": 0.01, "optimizer": "adam", "wd_exclude_norm_bias": True},

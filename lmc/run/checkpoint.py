@@ -25,7 +25,6 @@ in ABI order, C order, no header; a `_bn_stats` companion next to it is used whe
 exact, as the reference does)."""
 from __future__ import annotations
 
-import zipfile
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmc.core.arrays import read_npz
 from lmc.core.errors import CheckpointError
 from lmc.run.rundir import checkpoint_path
 
@@ -138,16 +138,17 @@ def atomic_link(src: Path, dst: Path) -> None:
 def read_tensors(path: Path) -> tuple[dict[str, np.ndarray], dict | None]:
     """Named tensors and the lmc metadata (None for a bare file) of a .npz or .safetensors."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory, expected a checkpoint file",
+                              hint=f"a run's checkpoint is {path / 'last.npz'}" if (path / "last.npz").is_file() else None)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: the file is empty (0 bytes), expected a checkpoint")
     if path.suffix == ".safetensors":
         tensors, meta = _read_safetensors(path)
     elif path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                tensors = {k: f[k] for k in f.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-            raise CheckpointError(f"{path}: not a readable .npz file ({e})") from None
+        tensors = read_npz(path, CheckpointError, "checkpoint")
         meta = None
         if META_KEY in tensors:
             try:

@@ -259,13 +259,18 @@ def rank_pids(metrics: Path) -> list[int]:
     return pids
 
 
+def require_mpi() -> None:
+    """--nproc needs mpi4py (the `dist` extra): refused before anything is compiled or loaded."""
+    if importlib.util.find_spec("mpi4py") is None:
+        raise RunError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
+
+
 def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, metrics: Path) -> int:
     """`lmc train … --nproc N`: run N ranks of `lmc train …` (argv without --nproc) under
     mpiexec, pass their output through, and turn a rank's death (which makes the launcher stop
     the others) into one line naming the rank.  Returns the exit code: the ranks' (0, 2, 130),
     or 1 when a rank died."""
-    if importlib.util.find_spec("mpi4py") is None:
-        raise RunError("--nproc needs mpi4py", hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel)")
+    require_mpi()
     exe = mpiexec()
     env = dict(os.environ)
     cores = os.cpu_count() or 1

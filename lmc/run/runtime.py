@@ -97,6 +97,27 @@ def _task_workers(rt, n: int) -> None:
         _workers_set = n
 
 
+def _no_device(name: str, e: Exception) -> RunError:
+    kind = {"hip": "HIP (AMD ROCm)", "cuda": "CUDA"}.get(name, name)
+    return RunError(f"no {kind} device found (runtime driver '{name}'): {str(e).splitlines()[0][:200]}",
+                    hint="use --backend llvm-cpu on a machine without that GPU")
+
+
+def check_device(backend: str, device: str | None = None) -> None:
+    """Refuse a GPU backend whose device this machine does not have, before anything is compiled
+    or loaded (the CPU's local-task device always exists).  The device made here is the runtime's
+    cached one, which Module reuses."""
+    name = RUNTIME_DRIVER[backend]
+    if name == "local-task":
+        return
+    import iree.runtime as rt
+    try:
+        with _no_iree_mpi():
+            rt.get_device(f"{name}://{device}" if device is not None else name)
+    except Exception as e:  # the runtime raises ValueError/RuntimeError variants per driver
+        raise _no_device(name, e) from None
+
+
 class Module:
     """A loaded `module @model`: `.train_step(*args)` / `.forward(*args)` take numpy or device
     arrays and return device arrays (feed them straight back; `np.asarray` copies to host)."""
@@ -118,9 +139,7 @@ class Module:
                 self.config = (rt.Config(device=rt.get_device(f"{name}://{device}")) if device is not None
                                else rt.Config(name))
         except Exception as e:  # the runtime raises ValueError/RuntimeError variants per driver
-            kind = {"hip": "HIP (AMD ROCm)", "cuda": "CUDA"}.get(name, name)
-            raise RunError(f"no {kind} device found (runtime driver '{name}'): {str(e).splitlines()[0][:200]}",
-                             hint="use --backend llvm-cpu on a machine without that GPU") from None
+            raise _no_device(name, e) from None
         self.device = self.config.device
         self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(vmfb))
         self.ctx = rt.SystemContext(vm_modules=[self.vm_module], config=self.config)

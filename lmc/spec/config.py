@@ -12,35 +12,21 @@ from typing import Any
 from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Choice, coerce, show, snake
 from lmc.data.kinds import all_datasets, label_format
-from lmc.losses import BOXES, CLASS, FLOAT, MASK, MULTI_HOT, all_losses, default_loss, loss_class
-from lmc.optim import declared_fields, optimizer_names
+from lmc.losses import BOXES, CLASS, FLOAT, MASK, MULTI_HOT, all_losses, default_loss, loss_class, suggest_loss
+from lmc.optim import declared_fields, optimizer_aliases, optimizer_names
 
 REQUIRED = object()
 
 
-class _Kinds(Choice):
-    """A Choice whose unknown value is answered with the closest kind (`did you mean`)."""
-
-    @classmethod
-    def parse(cls, value: Any, where: str):
-        try:
-            return super().parse(value, where)
-        except SpecError as e:
-            from difflib import get_close_matches
-            close = get_close_matches(snake(value.lstrip(".")), [m.value for m in cls], 1) if isinstance(value, str) else []
-            if not close:
-                raise
-            raise SpecError(f"{e.message}; did you mean '{close[0]}'?", e.loc, e.hint) from None
-
-
 # The dataset kinds, one member per module of the dataset registry (lmc/data/kinds/), in the
 # seed's order: each module says what its kind is and delivers.
-DatasetKind = _Kinds("DatasetKind", [(name, name) for name in all_datasets()], module=__name__)
+DatasetKind = Choice("DatasetKind", [(name, name) for name in all_datasets()], module=__name__)
 
 
 # `train.optimizer`'s values: every optimizer of the registry (lmc/optim), made from it as
 # LossKind's are from the losses', so a new optimizer is one module and one template.
 OptimizerKind = Choice("OptimizerKind", [(n, n) for n in optimizer_names()])
+OptimizerKind._choice_aliases = optimizer_aliases()     # `adamw` is adam (its decay is decoupled)
 
 
 @dataclass(frozen=True, init=False)
@@ -89,7 +75,9 @@ class LossKind:
             raise SpecError(f"{where}: expected a loss kind ({kinds}), got {show(value)}")
         name = snake(str(name).lstrip("."))      # the seed writes Lean constructors, `.camelCase`
         if name not in all_losses():
-            raise SpecError(f"{where}: unknown loss kind {show(name)}; expected one of {kinds}")
+            close = suggest_loss(name)
+            raise SpecError(f"{where}: unknown loss kind {show(name)}"
+                            + (f"; did you mean '{close}'?" if close else "") + f" (expected one of {kinds})")
         return cls(name, *loss_class(name).parse_params(args, where))
 
     def __str__(self) -> str:
@@ -343,8 +331,15 @@ def parse_train(data: Any, locs: dict, file: str, path: tuple = ("train",)) -> "
             values[name] = v
         except SpecError as e:
             errors.append(e.located(kloc))
-    for name, (t, d) in TRAIN_FIELDS.items():
-        if d is REQUIRED and name not in values and name not in orig:
+    missing = [(name, t) for name, (t, d) in TRAIN_FIELDS.items()
+               if d is REQUIRED and name not in values and name not in orig]
+    if missing and loc.is_flag:
+        # the spec has no `train:`; an option (--epochs, --set train.x=…) made one: blame the spec
+        need = ", ".join(f"{n}: …" for n, _ in missing)
+        errors.append(SpecError(f"the spec has no `train:` section ({loc.file} sets only what it names)",
+                                Loc(file), hint=f"add train: {{{need}}} to {file}"))
+    else:
+        for name, t in missing:
             errors.append(SpecError(f"train.{name} is required ({'a number' if t is float else 'an integer'})", loc))
     if errors:
         raise errors[0] if len(errors) == 1 else MultiError(errors)

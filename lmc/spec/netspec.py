@@ -16,7 +16,7 @@ from lmc.core.errors import Loc, MultiError, SpecError
 from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
 from lmc.data.kinds import label_format
 from lmc.data.text import VOCABS      # a text dataset's vocabulary: the byte values or the corpus's characters
-from lmc.layers import all_layers
+from lmc.layers import AUTO, all_layers
 from lmc.losses import CLASS
 from lmc.spec.yamlsrc import load_yaml
 
@@ -428,7 +428,11 @@ def parse_layer(entry: Any, index: int, where: Loc, loc_of) -> Any:
     else:
         raise SpecError(f"layers[{index}] ({k}): fields must be a mapping or a list, got {show(fields)}", where)
     values, errs = {}, []
+    inferred = cls.inferred_fields()
     for f in fdefs:
+        if f.name in inferred and given.get(f.name, "auto") == "auto":
+            values[f.name] = AUTO       # filled from the incoming shape by shape inference
+            continue
         if f.name not in given:
             if f.default is dataclasses.MISSING:
                 errs.append(SpecError(f"layers[{index}] ({k}): missing field '{f.name}' ({_tn(types_[f.name])})", where))

@@ -291,6 +291,15 @@ class MetricsFlush(Callback):
         return out
 
 
+def throughput(spec, examples_per_s: float) -> str:
+    """`1,234 img/s`, `56,789 tok/s` (token inputs: a text dataset's examples are seq_len tokens
+    each) or `99 ex/s` (feature vectors): the unit a user of that kind of net reads."""
+    ds = getattr(spec.dataset, "value", spec.dataset)
+    if ds == "text":
+        return f"{examples_per_s * spec.input[0]:,.0f} tok/s"
+    return f"{examples_per_s:,.0f} {'img/s' if len(spec.input) == 3 else 'ex/s'}"
+
+
 class EpochReport(Callback):
     """Each epoch's `epoch` record and console line: the mean loss (and train accuracy) of its
     steps, lr, images/s, seconds (data-parallel: the all-reduce's share)."""
@@ -331,7 +340,7 @@ class EpochReport(Callback):
                           lr=plan.lr_at(step), images_per_s=round(ips, 1), seconds=round(dt, 3), **dp)
         end.line = (f"epoch {e + 1}/{plan.cfg.epochs}: loss {mean + 0.0:.4f}, " +
                     (f"train acc {100 * acc:.2f}%, " if counts else "") +
-                    f"lr {plan.lr_at(step):.3g}, {ips:,.0f} img/s, {dt:.1f}s")
+                    f"lr {plan.lr_at(step):.3g}, {throughput(plan.net.spec, ips)}, {dt:.1f}s")
         if dp:
             end.line += f" ({dp['allreduce_seconds']:.2f}s all-reduce)"
 
@@ -351,7 +360,7 @@ class ProgressBar(Callback):
         console = run.plan.console
         self.bar = Progress(TextColumn(f"epoch {epoch + 1}/{run.plan.cfg.epochs}"), BarColumn(),
                             MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-                            TextColumn("{task.fields[ips]} img/s"), TimeRemainingColumn(), console=console,
+                            TextColumn("{task.fields[ips]}"), TimeRemainingColumn(), console=console,
                             transient=True, disable=console is None or not console.is_terminal)
         self.task = self.bar.add_task("", total=run.plan.bpe, completed=run.state.pos.batch, loss="…", ips="…")
         self.bar.start()
@@ -359,12 +368,47 @@ class ProgressBar(Callback):
     def on_flush(self, run, flushed: Flushed):
         if self.bar is not None:
             self.bar.update(self.task, completed=run.state.pos.batch, loss=f"{run.last_loss + 0.0:.4f}",
-                            ips=f"{flushed.images_per_s:,.0f}")
+                            ips=throughput(run.plan.net.spec, flushed.images_per_s))
 
     def on_batches_end(self, run):
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+class ProgressLines(Callback):
+    """Without a terminal (nohup, Slurm, CI logs) there is no progress bar: a line every `every`
+    seconds instead (at the next flush after it), with the step, the loss, the throughput and the
+    time left.  `every` 0: none."""
+
+    def __init__(self, every: float, clock=time.monotonic):
+        self.every, self.clock = every, clock
+        self.t0 = self.last = None
+        self.step0 = 0
+
+    def _active(self, run) -> bool:
+        console = run.plan.console
+        return self.every > 0 and console is not None and not console.is_terminal and not console.quiet
+
+    def on_train_begin(self, run):
+        self.t0 = self.last = self.clock()
+        self.step0 = run.state.pos.step
+
+    def on_flush(self, run, flushed: Flushed):
+        if not self._active(run) or self.t0 is None:
+            return
+        now_ = self.clock()
+        if now_ - self.last < self.every:
+            return
+        self.last = now_
+        plan, pos = run.plan, run.state.pos
+        done = pos.step - self.step0
+        rate = done / (now_ - self.t0) if now_ > self.t0 else 0.0
+        left = (plan.stop_at - pos.step) / rate if rate > 0 else float("nan")
+        eta = "?" if left != left else time.strftime("%H:%M:%S", time.gmtime(left)) if left < 86400 else f"{left / 3600:.0f}h"
+        loss = f"{run.last_loss + 0.0:.4f}" if run.last_loss is not None else "n/a"
+        plan.log(f"step {pos.step}/{plan.stop_at} (epoch {pos.epoch + 1}/{plan.cfg.epochs}, batch {pos.batch}/{plan.bpe}): "
+                 f"loss {loss}, {throughput(plan.net.spec, flushed.images_per_s)}, ETA {eta}")
 
 
 class SwaUpdate(Callback):
@@ -552,7 +596,7 @@ def default_callbacks(plan, state) -> Callbacks:
     items = [SigintHandler(), StepsStop()]
     if state.caps:
         items.append(SpectralCap())
-    items += [flusher, EpochReport(), ProgressBar()]
+    items += [flusher, EpochReport(), ProgressBar(), ProgressLines(plan.opts.progress_every)]
     if plan.cfg.use_swa:
         items.append(SwaUpdate())
     items.append(EvalCadence())

@@ -28,6 +28,7 @@ class TrainOptions:
     shuffle: bool = True
     overwrite: bool = False
     log_every: int = 10
+    progress_every: float = 30.0      # without a terminal: a progress line every N seconds (0: none)
     tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
     stream: bool | None = None        # image folders decoded per batch (None: by size)
     dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others

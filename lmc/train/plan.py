@@ -31,13 +31,16 @@ from lmc.data.kinds import dataset_class
 from lmc.data.mix import Mixer
 from lmc.data.policy import Policy
 from lmc.graph.init import apply_det_prior, apply_head_prior, init_tensors
+from lmc.evaluate.metrics import require_coco
+from lmc.losses import BOXES
 from lmc.losses.boxes import BoxAffine
 from lmc.lower.lowering import abi, lower
 from lmc.run import dist
 from lmc.run.checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash
 from lmc.run.rundir import RUN_FILE, RUN_FORMAT, SPEC_FILE, data_differences, read_run_info, saved_spec
-from lmc.run.runtime import Module
+from lmc.run.runtime import Module, check_device
 from lmc.spec.netspec import resolved_data, resolved_yaml
+from lmc.train.tboard import require_tensorboard
 from lmc.train.metrics_log import MetricsLog, NoMetrics, now
 from lmc.train.options import CHECKPOINT, METRICS, VOCAB_FILE, TrainOptions
 from lmc.train.schedule import schedule_name
@@ -91,13 +94,31 @@ def check_job(net, opts: TrainOptions, console) -> TrainJob:
         console = Console(quiet=True)
     out = Path(opts.out) if opts.out else Path("runs") / net.spec.name
     _check_options(opts, out)
+    _check_environment(opts, a, world, launcher=world.size == 1 and opts.nproc > 1)
     return TrainJob(net, opts, console, world, a, out)
+
+
+def _check_environment(opts: TrainOptions, a, world, launcher: bool) -> None:
+    """What this machine must have for the run, checked before any compile or data load: the
+    backend's device, and the optional packages the run will reach for (tensorboardX for
+    --tensorboard, mpi4py for --nproc, pycocotools when the net is scored by detection mAP)."""
+    backend = resolve_backend(opts.backend)
+    if not launcher:            # the launching process makes no device: each rank checks its own
+        check_device(backend, _device(world, backend))
+    if opts.tensorboard is not None:
+        require_tensorboard()
+    if launcher:
+        dist.require_mpi()
+    if a.loss.label_format == BOXES:
+        require_coco()
 
 
 def _check_options(opts: TrainOptions, out: Path):
     if opts.resume and opts.init:
         raise TrainError("--resume and --init exclude each other: --resume continues the run in --out, "
                          "--init starts a new one from given parameters")
+    if opts.progress_every < 0:
+        raise TrainError(f"--progress-every must be >= 0 seconds (0: no progress lines), got {opts.progress_every:g}")
     if opts.steps is not None and opts.steps < 1:
         raise TrainError(f"--steps must be at least 1, got {opts.steps}")
     if not opts.resume and not opts.overwrite and (out / CHECKPOINT).exists():

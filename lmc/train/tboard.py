@@ -10,12 +10,20 @@ metrics.jsonl drops those lines, so the curves never show the redone steps twice
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from lmc.core.errors import TrainError
 
 _TAGS = {"step": ("train", ("loss", "acc", "lr", "images_per_s")),
          "epoch": ("epoch", ("loss", "acc", "lr", "seconds", "images_per_s"))}
+
+
+def require_tensorboard() -> None:
+    """--tensorboard needs tensorboardX: refused before anything is compiled or loaded."""
+    if importlib.util.find_spec("tensorboardX") is None:
+        raise TrainError("--tensorboard needs the tensorboardX package",
+                         hint="pip install 'lmc[tensorboard]' (or pip install tensorboardX)")
 
 
 class Mirror:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmc.core.arrays import read_npy
 from lmc.core.errors import TrustError
 from lmc.evaluate.interval import wilson95
 from lmc.run.checkpoint import atomic_write
@@ -57,12 +58,7 @@ def mcnemar(a: np.ndarray, b: np.ndarray) -> McNemar:
 def load_bitmap(path: Path) -> np.ndarray:
     """A correctness bitmap written by `lmc eval --dump-correct`: a 1-D .npy of 0/1 values."""
     path = Path(path)
-    if not path.is_file():
-        raise TrustError(f"no such bitmap file: {path}")
-    try:
-        a = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise TrustError(f"{path}: not a readable .npy file ({e})") from None
+    a = read_npy(path, TrustError, "bitmap file (.npy, from lmc eval --dump-correct)")
     if a.ndim != 1 or a.size == 0:
         raise TrustError(f"{path}: expected a non-empty 1-D bitmap (one 0/1 entry per example), got shape {list(a.shape)}")
     if not np.isin(a, (0, 1)).all():

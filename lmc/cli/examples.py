@@ -1,0 +1,38 @@
+"""One or two examples per command, shown at the end of its --help (lmc/cli/app.py `_Command`).
+Every command has an entry (tests/test_help.py runs each --help and checks it); the paths are the
+ones `make demo` and the README's "First hour" use."""
+from __future__ import annotations
+
+EXAMPLES: dict[str, list[str]] = {
+    "validate": ["lmc validate specs/digits_mlp.yaml",
+                 "lmc validate specs/resnet18.yaml --set train.batch_size=64"],
+    "info": ["lmc info specs/digits_cnn.yaml",
+             "lmc info specs/resnet18.yaml --params --json"],
+    "render": ["lmc render specs/digits_mlp.yaml -o build/digits_mlp.mlir",
+               "lmc render specs/digits_mlp.yaml --function forward --batch 1"],
+    "compile": ["lmc compile specs/digits_mlp.yaml",
+                "lmc compile build/digits_mlp.mlir --backend cuda --chip sm_90 -o build/digits_mlp.vmfb"],
+    "train": ["lmc train specs/digits_mlp.yaml --out runs/digits_mlp",
+              "lmc train specs/digits_cnn.yaml --epochs 2 --tensorboard runs/tb"],
+    "eval": ["lmc eval specs/digits_mlp.yaml --init runs/digits_mlp/last.npz",
+             "lmc eval specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --limit 100 --json --dump-correct a.npy"],
+    "sample": ["lmc sample specs/tiny_gpt_char.yaml --init runs/tiny_gpt_char/last.npz --prompt 'ROMEO:' --tokens 200"],
+    "plot": ["lmc plot runs/digits_mlp",
+             "lmc plot runs/digits_mlp --plot curves.png"],
+    "layers": ["lmc layers", "lmc layers --json"],
+    "schema": ["lmc schema > lmc-spec.schema.json"],
+    "bench": ["lmc bench specs/digits_cnn.yaml",
+              "lmc bench specs/resnet18.yaml --batch 32 --steps 20 --json"],
+    "compare": ["lmc compare a.npy b.npy", "lmc compare a.npy b.npy --json"],
+    "attack": ["lmc attack specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --eps 0.05,0.1 --limit 200"],
+    "certify": ["lmc certify specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --sigma 0.25 --limit 100"],
+    "lipschitz": ["lmc lipschitz specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --limit 200"],
+}
+
+
+def epilog(name: str) -> str | None:
+    """The examples of command `name` as its help's closing paragraph(s), or None."""
+    ex = EXAMPLES.get(name)
+    if not ex:
+        return None
+    return "Examples:\n\n" + "\n\n".join("  " + e for e in ex)
