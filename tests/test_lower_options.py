@@ -213,12 +213,13 @@ def test_bench_json_records_the_options(tmp_path, monkeypatch):
 
 
 def test_lower_options_are_not_read_outside_the_command_line():
-    """Nothing under lmc/ but the command line (and options.py itself) builds them from the
-    environment: a stage that did would decide a lowering out of sight of its callers."""
+    """Nothing under lmc/ but the command line, the Python API (lmc/api.py: the command line's
+    twin for scripts) and options.py itself builds them from the environment: a stage that did
+    would decide a lowering out of sight of its callers."""
     hits = []
     for p in (ROOT / "lmc").rglob("*.py"):
         rel = p.relative_to(ROOT).as_posix()
-        if rel.startswith("lmc/cli/") or rel == "lmc/lower/options.py":
+        if rel.startswith("lmc/cli/") or rel in ("lmc/lower/options.py", "lmc/api.py"):
             continue
         text = p.read_text()
         if "from_env(" in text or any(f'"{var}"' in text for var, _ in CHOICES.values()):

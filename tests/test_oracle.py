@@ -518,9 +518,10 @@ def test_update_knob(knob):
 
 
 def test_forward_eval():
-    """@forward (eval: BN with running statistics) vs JAX."""
+    """@forward (eval: BN with running statistics, train.running_bn: true) vs JAX."""
     layers, x_dims, style = EVAL_NET
-    net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style, {"learning_rate": 0.1})))
+    net = infer(load_spec("oracle.yaml", text=classifier_yaml(layers, x_dims, style,
+                                                              {"learning_rate": 0.1, "running_bn": True})))
     mod = _module(lower(net, "forward"))
     rng = np.random.default_rng(1)
     P, S = _init(net, rng)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lmc.core.errors import SpecError
 from lmc.core.types import TensorType
 from lmc.graph.infer import image_classifier_problem, train_net
-from lmc.losses import loss_for
+from lmc.losses import all_losses, loss_class, loss_for
 from lmc.spec.config import TRAIN_FIELDS, effective_loss
 
 
@@ -35,9 +35,9 @@ def check_against_net(cfg, num_classes: int | None, loc_of, output_dims: tuple |
 def check_det_stride(net) -> None:
     """det_stride (the Lean kit's detStride: the detection grid is the image size / det_stride) is
     checked against the grid head the layers build: it must divide the input and give the head's
-    gH × gW.  It is refused where there is no single grid to check it against: a net with no
-    yolov1_masked recipe (the kit consults it on the detection path only) and the multi-scale
-    head, whose fpn_scales give each scale its own grid."""
+    gH × gW.  It is refused where there is no single grid to check it against: a recipe whose loss
+    has no grid head (Loss.grid_head; the kit consults det_stride on the detection path only) and
+    the multi-scale head, whose fpn_scales give each scale its own grid."""
     s = net.spec
     if s.det_stride is None:
         return
@@ -46,9 +46,9 @@ def check_det_stride(net) -> None:
         raise SpecError(f"det_stride must be at least 1, got {s.det_stride}", where)
     kind = effective_loss(s.train, s.dataset) if s.train is not None else None
     loss = kind.kind if kind is not None else None
-    if loss != "yolov1_masked":
-        raise SpecError("det_stride is the stride of a detection grid head (the yolov1_masked loss, "
-                        f"use_yolov1: true); this spec's {'loss is ' + loss if loss else 'net has no recipe'}, "
+    if loss is None or not loss_class(loss).grid_head:
+        grids = ", ".join(k for k, c in all_losses().items() if c.grid_head)
+        raise SpecError(f"det_stride is the stride of a detection grid head (the {grids} loss); this spec's {'loss is ' + loss if loss else 'net has no recipe'}, "
                         "so nothing would read it", where, hint="drop det_stride")
     if s.train.fpn_scales:
         raise SpecError("det_stride: the multi-scale head's grids are train.fpn_scales' (one per scale), "

@@ -93,6 +93,8 @@ class Loss:
     label_format: ClassVar[str] = CLASS
     # use_focal modifies this loss (it is not refused by the recipe rules)
     accepts_focal: ClassVar[bool] = False
+    # a single detection grid head [batch, channels, gH, gW]: the spec's det_stride is checked against it
+    grid_head: ClassVar[bool] = False
     # for a loss of the same label format under use_focal: what to write instead
     instead_of_focal: ClassVar[str | None] = None
     # a dataset delivering this loss's label format, given another loss: "dataset <ds> <this>, not <loss>"

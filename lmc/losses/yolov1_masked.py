@@ -83,6 +83,7 @@ class YoloV1Masked(Loss):
     # on the yolo path use_focal switches objectness to focal BCE
     accepts_focal = True
     logits_rank = 4
+    grid_head = True
     logits_layout = "a grid head [batch, 10 + classes, gH, gW]"
     rank_hint = "end the net with a conv2d to 10 + classes channels (box0 xywh c0, box1 xywh c1, classes)"
     dataset_need = "needs the yolov1_masked loss (use_yolov1: true)"
