@@ -17,20 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from lmc.cli import app
 from lmc.core.errors import DataError
+from cli_run import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ROOT / "specs" / "digits_mlp.yaml"
 
-
-def run(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.output
-    return r
 
 
 def refused(r, *names):

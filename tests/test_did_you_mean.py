@@ -9,25 +9,18 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import lmc.spec.config as config
 import lmc.train.plan as plan
-from lmc.cli import app
 from lmc.core.errors import LmcError, SpecError
 from lmc.core.fields import Choice
 from lmc.run.runtime import check_device
 from lmc.spec.netspec import load_spec
+from cli_run import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS_MLP = ROOT / "specs" / "digits_mlp.yaml"
 
-
-def run(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.output
-    return r
 
 
 def _choices():

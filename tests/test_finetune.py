@@ -8,24 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 pytest.importorskip("iree.runtime")
 
-from lmc.cli import app  # noqa: E402
 from lmc.data import load_dataset  # noqa: E402
+from cli_run import run  # noqa: E402
 
 pytestmark = pytest.mark.iree
 MLP = Path(__file__).resolve().parents[1] / "specs" / "digits_mlp.yaml"
 LOW, HIGH = "dataset={kind: digits, classes: [0, 1, 2, 3, 4]}", "dataset={kind: digits, classes: [5, 6, 7, 8, 9]}"
 PREFIX = 64 * 128 + 128 + 128 * 128 + 128          # the two hidden dense layers: all but the head
 
-
-def run(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.output
-    return r
 
 
 def test_dataset_classes_keeps_those_examples():

@@ -9,25 +9,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from lmc.cli import app
 from lmc.core.errors import Loc, ShapeError
 from lmc.core.types import TensorType
 from lmc.graph.infer import infer
 from lmc.graph.ir import Graph
 from lmc.layers import AUTO, all_layers
 from lmc.spec.netspec import NetSpec, load_spec, parse_layer
+from cli_run import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS_MLP = ROOT / "specs" / "digits_mlp.yaml"
 
-
-def run(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.output
-    return r
 
 
 def _build(kind, fields, t):

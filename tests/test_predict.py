@@ -10,26 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 pytest.importorskip("iree.runtime")
 from PIL import Image  # noqa: E402
 
 import lmc  # noqa: E402
-from lmc.cli import app  # noqa: E402
 from lmc.core.errors import LmcError  # noqa: E402
 from lmc.data import load_dataset  # noqa: E402
+from cli_run import run  # noqa: E402
 
 pytestmark = pytest.mark.iree
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 N = 40
 
-
-def run(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.output
-    return r
 
 
 @pytest.fixture(scope="module")

@@ -9,23 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 pytest.importorskip("iree.runtime")
 
-from lmc.cli import app  # noqa: E402
 from lmc.run.rundir import checkpoint_path, data_differences, resolve_init  # noqa: E402
+from cli_run import run  # noqa: E402
 
 pytestmark = pytest.mark.iree
 MLP = Path(__file__).resolve().parents[1] / "specs" / "digits_mlp.yaml"
 SETS = ["--set", "layers.0.dense.fan_out=48", "--set", "layers.1.dense.fan_in=48"]
 
-
-def run(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert "Traceback" not in r.output
-    return r
 
 
 @pytest.fixture(scope="module")
