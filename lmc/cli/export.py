@@ -46,7 +46,7 @@ def export(spec: SpecArg,
 
 @app.command("import", cls=_Command)
 def import_cmd(spec: SpecArg,
-               weights: Annotated[Path, typer.Argument(help="The library model's state_dict: a .safetensors file (or a .pth when PyTorch is installed).", show_default=False)],
+               weights: Annotated[Path, typer.Argument(help="The library model's state_dict: a .safetensors file (lmc never imports PyTorch: convert a .pth with safetensors.torch.save_file).", show_default=False)],
                source: Annotated[str, typer.Option("--from", help="The library the state_dict comes from: torchvision or timm (the models each covers: docs/export.md).")],
                output: Annotated[Path, typer.Option("-o", "--output", help="The lmc checkpoint to write (.npz): `--init` for train, eval and export.")],
                model: Annotated[Optional[str], typer.Option(help="The library's model name, e.g. mobilenet_v3_large (default: the spec's name); it decides the library's batch-norm ε.")] = None,

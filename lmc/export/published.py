@@ -1,6 +1,6 @@
 """`lmc import SPEC WEIGHTS --from torchvision|timm -o CKPT`: a published model's state_dict → an lmc
 checkpoint, table-driven (no torch needed: a `.safetensors` file is read with the safetensors
-package; a `.pth` only when torch happens to be installed, imported then and only then).
+package; a `.pth` is refused with the one-line conversion: lmc never imports PyTorch).
 
 The mapping (docs/export.md, "Importing published weights"):
 1. the library's tensors in its module order.  A safetensors file keeps no order, so the order
@@ -227,8 +227,8 @@ def map_state_dict(sd: dict[str, np.ndarray], net, bn_eps: float = TORCH_BN_EPS,
 
 
 def read_state_dict(path: Path) -> dict[str, np.ndarray]:
-    """A state_dict saved as .safetensors (the safetensors package), or .pth/.pt when torch is
-    installed (imported here only; lmc never requires it)."""
+    """A state_dict saved as .safetensors (the safetensors package); a .pth/.pt is refused with
+    the one-line conversion (lmc never imports PyTorch)."""
     path = Path(path)
     if path.suffix == ".safetensors":
         st = safetensors_module(f"reading {path}")
@@ -239,25 +239,11 @@ def read_state_dict(path: Path) -> dict[str, np.ndarray]:
         except (OSError, ValueError, TypeError, st.SafetensorError) as e:
             raise ExportError(f"{path}: not a readable safetensors file ({e})") from None
     if path.suffix in (".pth", ".pt"):
-        try:
-            import torch
-        except ImportError:
-            raise ExportError(f"{path}: reading a .pth file needs PyTorch, which lmc does not require",
-                              hint="save the state_dict as safetensors instead: safetensors.torch.save_file("
-                                   "model.state_dict(), 'w.safetensors')") from None
-        if not path.is_file():
-            raise ExportError(f"no such file: {path}")
-        try:
-            sd = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:          # torch raises many kinds for a file it cannot read
-            raise ExportError(f"{path}: not a readable PyTorch file ({str(e).splitlines()[0][:200]})") from None
-        for key in ("state_dict", "model"):
-            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
-                sd = sd[key]
-        if not isinstance(sd, dict) or not all(hasattr(v, "numpy") for v in sd.values()):
-            raise ExportError(f"{path}: expected a state_dict (a dict of tensors)")
-        return {k: v.detach().float().numpy() for k, v in sd.items()}
-    raise ExportError(f"{path}: expected a .safetensors (or, with torch installed, .pth) state_dict")
+        # reading a pickle of torch tensors would need PyTorch; the product never imports it
+        raise ExportError(f"{path}: a PyTorch pickle; lmc reads state_dicts as safetensors (it never imports PyTorch)",
+                          hint="convert it where torch is installed: safetensors.torch.save_file("
+                               "torch.load(PATH, weights_only=True), 'w.safetensors')")
+    raise ExportError(f"{path}: expected a .safetensors state_dict")
 
 
 @dataclass
