@@ -29,6 +29,9 @@ RTOL = 1e-4      # |dx − dx_jax| over max|dx_jax|; the loss relative
 
 
 DEFAULT_KINDS = ("dense", "conv_bn", "residual_block")
+# cases that once failed, run by default with one loss: IREE 3.13's data tiling miscompiled the
+# dx of this strided one-channel patch conv (the lowering no longer packs @input_grad)
+REGRESSIONS = (("patch_embed[ic=1,dim=6,patch_size=2,n_patches=6,x=1x1x4x6]", "class_ce"),)
 
 
 def _default() -> set[int]:
@@ -51,7 +54,8 @@ def _cases():
             continue           # token ids: no input gradient (lower refuses it; tested below)
         fits = [loss for loss in losses if _loss_class(loss).oracle_head(out_t, NC) is not None]
         for loss in fits:      # a per-pixel loss needs an image body
-            marks = () if i in default and loss == fits[i % len(fits)] else (pytest.mark.slow,)
+            fast = (i in default and loss == fits[i % len(fits)]) or (cid.split("-")[0], loss) in REGRESSIONS
+            marks = () if fast else (pytest.mark.slow,)
             out.append(pytest.param(layers, x, style, loss, id=f"{cid}-{loss}", marks=marks))
     return out
 

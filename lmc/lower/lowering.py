@@ -292,7 +292,11 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em, batch_stats))
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
-    if _packed_matmuls(net, options.packed):
+    # @input_grad is never packed on "auto": IREE 3.13's data tiling miscompiles the dx of a
+    # strided conv that reads one input channel (patch_embed on a grayscale 4×6 image gave a
+    # wrong dx at every loss, tests/test_input_grad.py), and @input_grad is the one function
+    # that takes a gradient through the net's first conv.
+    if _packed_matmuls(net, options.packed) and not (functions == "input_grad" and options.packed == "auto"):
         out.append(PACKED)          # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
     out.append("module @model {")
     out += [em.funcs[k] for k in em.funcs]
