@@ -634,7 +634,7 @@ def test_other_rules():
     assert rule_errors("  warmup_epochs: 11\n  cosine_decay: true\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
     assert rule_errors("  warmup_epochs: 2\n") == [
         (5, "warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
-            "no warm-up (the seed's IREE path ignores it there)")]
+            "no warm-up (the Lean kit's IREE path silently ignores it there)")]
     # an optimizer field the chosen optimizer does not read
     assert rule_errors("  use_adam: true\n  momentum: 0.9\n") == [
         (6, "momentum is read by muon, rmsprop, sgd, not by the optimizer adam (use_adam)")]

@@ -129,7 +129,7 @@ def _schedule(r: "_Rules") -> None:
     cfg, err = r.cfg, r.err
     if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
         err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
-            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
+            "no warm-up (the Lean kit's IREE path silently ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
 
 
 def _exclusions(r: "_Rules") -> None:
