@@ -273,6 +273,11 @@ def test_compile_spec_with_fake_compiler(fake_compiler, tmp_path):
     assert Path(out) == Path("build") / "recipe-ablation-a.llvm-cpu.vmfb"     # build_tag in the name
     assert f"compiling recipe-ablation-a for llvm-cpu → {out}" in r.stderr
     assert "compiled in 0.0s" in r.stderr
+    r = run("compile", RECIPE, "--backend", "llvm-cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got == {"source": str(RECIPE), "name": "recipe-ablation-a", "backend": "llvm-cpu", "output": str(out),
+                   "bytes": 4, "cached": False, "seconds": 0.0, "command": ["iree-compile", "fake"]}
 
 
 def test_compile_refuses_a_bad_spec_before_compiling(fake_compiler, tmp_path):

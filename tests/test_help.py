@@ -108,3 +108,18 @@ def test_eval_limit_and_the_json_flags(tmp_path):
     kinds = json.loads(CliRunner().invoke(app, ["layers", "--json"]).stdout)
     dense = next(k for k in kinds if k["kind"] == "dense")
     assert dense["fields"][0] == {"name": "fan_in", "inferred": True} and dense["lowers"]
+
+
+# the commands whose output is itself the result, in a format of its own (MLIR text; a JSON
+# Schema): no --json, and their help says why
+NO_JSON = {"render", "schema"}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_that_prints_a_result_takes_json(name):
+    opts = {o for p in GROUP.commands[name].params if p.param_type_name == "option" for o in p.opts}
+    if name in NO_JSON:
+        assert "--json" not in opts
+        assert "No --json:" in " ".join(_help(name).split())
+    else:
+        assert "--json" in opts, f"lmc {name} prints a result but has no --json"

@@ -381,6 +381,11 @@ def test_train_then_sample_a_char_lm(tmp_path):
     net1 = infer(load_spec(spec), 1)
     out = sample(net1, run / "last.npz", "ça ", 20, 1.0, 0, 3)
     assert out.startswith("ça ") and len(out) == 23 and set(out) <= set(chars)   # one character per token
+    from cli_run import run as cli
+    r = cli("sample", spec, "--init", run / "last.npz", "--prompt", "ça ", "--tokens", 20, "--temperature", 1.0,
+            "--seed", 3, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"prompt": "ça ", "text": out, "tokens": 20, "temperature": 1.0, "top_k": 0, "seed": 3}
     with pytest.raises(LmcError, match="--prompt: text has 1 character.*'Z'"):
         sample(net1, run / "last.npz", "Zebra", 2, 0.0, 0, 0)
     bare = tmp_path / "bare.npz"

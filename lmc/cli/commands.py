@@ -137,7 +137,10 @@ def render(spec: SpecArg,
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
            backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution; `lmc info --json` shows the lowering options in force).")] = None,
            set: SetOpt = None) -> None:
-    """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
+    """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward).
+
+    No --json: the module text is the result (`lmc info --json` describes the net, its ABI and
+    the lowering options; `lmc compile --json` reports the compiled module)."""
     with user_errors():
         if function not in ("train_step", "forward", "all", "input_grad"):
             raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
@@ -156,6 +159,7 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
                 backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
                 chip: ChipOpt = None,
                 verbose: Annotated[bool, typer.Option("--verbose", help="Print the compiler command and keep the .mlir next to the cache entry.")] = False,
+                as_json: Annotated[bool, typer.Option("--json", help="Print the result (output path, size, backend, cached, seconds, compiler command) as JSON on stdout.")] = False,
                 set: SetOpt = None) -> None:
     """Compile SOURCE with iree-compile (cached by module text, flags and compiler version)."""
     with user_errors():
@@ -177,6 +181,10 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
         c = compile_module(text, out, backend, chip, verbose, options)
     if verbose:
         err.print(" ".join(c.command))
+    if as_json:
+        print(json.dumps({"source": str(source), "name": name, "backend": b, "output": str(out),
+                          "bytes": out.stat().st_size, "cached": c.cached, "seconds": c.seconds, "command": c.command}))
+        return
     err.print(f"{'cached' if c.cached else 'compiled'} in {c.seconds:.1f}s: {out} ({out.stat().st_size:,} bytes)")
 
 
@@ -336,23 +344,32 @@ def sample(spec: SpecArg,
            seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
            backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
            chip: ChipOpt = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print the prompt, the text (prompt and continuation) and the sampling settings as JSON on stdout.")] = False,
            set: SetOpt = None) -> None:
     """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
     with user_errors():
         net = _load(spec, set, 1)
         text = run_sample(net, require_init(spec, init), prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
+    if as_json:
+        print(json.dumps({"prompt": prompt, "text": text, "tokens": tokens, "temperature": temperature,
+                          "top_k": top_k, "seed": seed}))
+        return
     sys.stdout.write(text + "\n")
 
 
 @app.command(cls=_Command)
 def plot(run_dir: Annotated[list[Path], typer.Argument(help="Run directories written by `lmc train` (each holds metrics.jsonl); several are overlaid, one colour each.", show_default=False)],
          plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Where to write the PNG (default: RUN_DIR/curves.png for one run, runs-compared.png for several; an existing default file is kept and the next free name used).")] = None,
-         output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None) -> None:
+         output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None,
+         as_json: Annotated[bool, typer.Option("--json", help="Print the PNG's path and the runs drawn as JSON on stdout.")] = False) -> None:
     """Plot runs' loss, accuracy and learning-rate curves from RUN_DIR/metrics.jsonl into a PNG."""
     with user_errors():
         if plot_path is not None and output is not None:
             raise LmcError("-o/--output is the older name of --plot: give one of them")
         path, said = plot_run(run_dir, plot_path if plot_path is not None else output)
+    if as_json:
+        print(json.dumps({"plot": str(path), "runs": [str(d) for d in run_dir]}))
+        return
     err.print(said, markup=False, highlight=False)
 
 
@@ -380,7 +397,9 @@ def layers(as_json: Annotated[bool, typer.Option("--json", help="Print the kinds
 @app.command(cls=_Command)
 def schema() -> None:
     """Print the JSON Schema of spec files (generated from the layer, loss, optimizer and dataset
-    registries) for editors: save it and point a YAML language server at it."""
+    registries) for editors: save it and point a YAML language server at it.
+
+    No --json: the schema is JSON already."""
     sys.stdout.write(schema_text())
 
 
