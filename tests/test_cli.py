@@ -280,6 +280,24 @@ def test_compile_spec_with_fake_compiler(fake_compiler, tmp_path):
                    "bytes": 4, "cached": False, "seconds": 0.0, "command": ["iree-compile", "fake"]}
 
 
+@pytest.mark.parametrize("cmd,new,meaning", [
+    (["train", RECIPE], "--max-steps", "stop when the global step reaches N"),
+    (["bench", RECIPE], "--timed-steps", "timed train steps after the warm-up"),
+    (["attack", RECIPE, "--eps", "0.1"], "--pgd-steps", "PGD steps per restart")])
+def test_the_old_steps_flag_is_refused_naming_its_new_name(fake_compiler, tmp_path, cmd, new, meaning):
+    """`--steps` meant three counts; each command now names its own, and the old spelling (even
+    with a non-number) is one error naming the new flag, before anything is loaded or compiled."""
+    for value in ("5", "x"):
+        r = run(*cmd, "--steps", value, "--out" if cmd[0] == "train" else "--batch", tmp_path / "r" if cmd[0] == "train" else 2)
+        assert r.exit_code == 2, r.output
+        assert r.stderr.splitlines() == [
+            f"error: --steps is now {new} on lmc {cmd[0]} ({meaning}); --steps meant a different count on each of "
+            f"lmc train, bench and attack", f"hint: write {new} {value}"]
+    assert fake_compiler == [] and not (tmp_path / "r").exists()
+    help_text = run(cmd[0], "--help").output
+    assert new in help_text and "--steps " not in help_text
+
+
 def test_compile_refuses_a_bad_spec_before_compiling(fake_compiler, tmp_path):
     r = run("compile", write(tmp_path, "name: m\ninput: {features: 4}\nlayers: [dens]\n"))
     assert r.exit_code == 2 and LOCATED.match(r.stderr)

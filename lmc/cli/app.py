@@ -97,6 +97,20 @@ err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML), or a run directory (its spec.yaml, as trained).", show_default=False)]
 ChipOpt = Annotated[Optional[str], typer.Option(help="Target chip (default: $IREE_CHIP, else sm_86 for cuda, gfx1100 for rocm, host for llvm-cpu).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
+# `--steps` once meant three counts: train's global step to stop at, bench's timed steps, attack's
+# PGD steps.  Each has its own name now; the old spelling is refused naming the new one.
+OldStepsOpt = Annotated[Optional[str], typer.Option("--steps", hidden=True, help="Renamed (see the error it gives).")]
+RENAMED_STEPS = {"train": ("--max-steps", "stop when the global step reaches N"),
+                 "bench": ("--timed-steps", "timed train steps after the warm-up"),
+                 "attack": ("--pgd-steps", "PGD steps per restart")}
+
+
+def refuse_old_steps(command: str, value: str | None) -> None:
+    """The old `--steps VALUE` given to `command`: one error naming the flag that replaced it."""
+    if value is not None:
+        new, meaning = RENAMED_STEPS[command]
+        raise LmcError(f"--steps is now {new} on lmc {command} ({meaning}); --steps meant a different "
+                       f"count on each of lmc train, bench and attack", hint=f"write {new} {value}")
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
+from lmc.cli.app import (ChipOpt, OldStepsOpt, SetOpt, SpecArg, _Command, _load, app, console, err, refuse_old_steps,
+                         user_errors)
 from lmc.core.errors import LmcError
 from lmc.compile import compile_module, resolve_backend
 from lmc.evaluate.checkpoint import evaluate_checkpoint
@@ -195,7 +196,7 @@ def train(spec: SpecArg,
           data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>); a .npz file selects the npz loader.")] = None,
           out: Annotated[Optional[Path], typer.Option(help="Run directory for the checkpoint (last.npz) and metrics.jsonl (default: runs/<spec name>).")] = None,
           epochs: Annotated[Optional[int], typer.Option(help="Train this many epochs instead of the recipe's (same as --set train.epochs=N).")] = None,
-          steps: Annotated[Optional[int], typer.Option(help="Stop when the global step reaches N (the lr schedule still spans the recipe's epochs).")] = None,
+          max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Stop when the global step reaches N (with --resume too: N is the step to reach, not a count of more steps); the lr schedule still spans the recipe's epochs.")] = None,
           init: Annotated[Optional[Path], typer.Option(help="Start from these parameters: an lmc checkpoint, a run directory (its newest checkpoint; RUN:best its best), a .npz/.safetensors of named tensors, or a flat float32 .bin.")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint, with its optimizer state and data position.")] = False,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
@@ -208,7 +209,8 @@ def train(spec: SpecArg,
           devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
           dist_timeout: Annotated[Optional[float], typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs); default 300.")] = None,
           as_json: Annotated[bool, typer.Option("--json", help="At the end, print the run's summary (step, loss, final eval, timings, checkpoint) as JSON on stdout.")] = False,
-          set: SetOpt = None) -> None:
+          set: SetOpt = None,
+          old_steps: OldStepsOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
     Ctrl-C saves a checkpoint at the current step and exits with code 130."""
@@ -216,6 +218,7 @@ def train(spec: SpecArg,
     world = launched_size()
     try:
         with user_errors():
+            refuse_old_steps("train", old_steps)
             if nproc < 1:
                 raise LmcError(f"--nproc must be at least 1, got {nproc}")
             if world > 1 and nproc not in (1, world):
@@ -228,7 +231,7 @@ def train(spec: SpecArg,
                 raise LmcError(f"--dist-timeout must be positive, got {dist_timeout:g}")
             net = _load(spec, sets)
             out = out if out is not None or run_of_spec(spec) is None else run_of_spec(spec)   # `lmc train RUN --resume`
-            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=resolve_init(None, init),
+            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, max_steps=max_steps, init=resolve_init(None, init),
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
                                 progress_every=progress_every,
                                 tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
@@ -408,25 +411,27 @@ def bench_cmd(spec: SpecArg,
               backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
               chip: ChipOpt = None,
               batch: Annotated[Optional[int], typer.Option(help="Batch size to measure (default: the recipe's).")] = None,
-              steps: Annotated[int, typer.Option(help="Timed train steps after 3 warm-up steps.")] = 20,
+              timed_steps: Annotated[int, typer.Option("--timed-steps", help="Timed train steps after 3 warm-up steps.")] = 20,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
               peak: Annotated[bool, typer.Option("--peak/--no-peak", help="On llvm-cpu, also measure the machine's float32 matmul peak (NumPy sgemm 4096³, all cores; a few seconds) and report the step's GFLOP/s as its fraction.")] = True,
-              set: SetOpt = None) -> None:
+              set: SetOpt = None,
+              old_steps: OldStepsOpt = None) -> None:
     """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
 
     Measures compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s
     and peak memory."""
     with user_errors():
+        refuse_old_steps("bench", old_steps)
         net = _load(spec, set, batch)
         if net.spec.train is None:
             raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
-        if steps < 1:
-            raise LmcError(f"--steps must be at least 1, got {steps}")
+        if timed_steps < 1:
+            raise LmcError(f"--timed-steps must be at least 1, got {timed_steps}")
         options = LowerOptions.from_env()
         err.print(f"lowering options: {options.describe()}")
         try:
-            r = bench(net, backend, chip, steps=steps, cold=cold, options=options, peak=peak)
+            r = bench(net, backend, chip, steps=timed_steps, cold=cold, options=options, peak=peak)
         except DeviceMissing as e:   # report what was measured (the compile), then the error
             p = e.partial
             if as_json:

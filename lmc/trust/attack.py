@@ -53,7 +53,7 @@ def check_args(eps: list[float], norm: str, steps: int, step_size: float | None,
     if bad:
         raise TrustError(f"--eps: radii must be finite and ≥ 0, got {bad[0]:g}")
     if steps < 1:
-        raise TrustError(f"--steps must be at least 1, got {steps}")
+        raise TrustError(f"--pgd-steps must be at least 1, got {steps}")
     if restarts < 1:
         raise TrustError(f"--restarts must be at least 1, got {restarts}")
     if step_size is not None and (not np.isfinite(step_size) or step_size <= 0):
