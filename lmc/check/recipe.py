@@ -5,6 +5,7 @@ problem is collected, located by `loc_of(field)`."""
 from __future__ import annotations
 
 from lmc.core.errors import MultiError, SpecError
+from lmc.core.fields import did_you_mean
 from lmc.data.kinds import dataset_class
 from lmc.losses import BOXES, CLASS, FLOAT, MULTI_HOT, dataset_need, loss_for
 from lmc.optim import fields_read, optimizer_fields, optimizer_names, selection
@@ -211,7 +212,7 @@ def _selection(r: "_Rules") -> None:
         have = SELECT_METRICS.get(fmt, ())
         if have and sel.metric not in have:
             err(f"{name}.metric {sel.metric!r}: the evals of this spec ({fmt} labels) report "
-                f"{', '.join(have)}", name)
+                f"{', '.join(have)}{did_you_mean(sel.metric, have)}", name)
 
 
 RULES = (_dataset, _focal, _switches, _fpn_affine, _yolo_fields, _optimizer_fields, _schedule, _exclusions,

@@ -16,6 +16,7 @@ from rich.table import Table
 from lmc.cli.app import (ChipOpt, OldStepsOpt, SetOpt, SpecArg, _Command, _load, app, console, err, refuse_old_steps,
                          user_errors)
 from lmc.core.errors import LmcError
+from lmc.core.fields import did_you_mean
 from lmc.compile import compile_module, resolve_backend
 from lmc.evaluate.checkpoint import evaluate_checkpoint
 from lmc.evaluate.metrics import save_predictions
@@ -144,7 +145,8 @@ def render(spec: SpecArg,
     the lowering options; `lmc compile --json` reports the compiled module)."""
     with user_errors():
         if function not in ("train_step", "forward", "all", "input_grad"):
-            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
+            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}"
+                           + did_you_mean(function, ("train_step", "forward", "all", "input_grad")))
         text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend),
                      options=LowerOptions.from_env())
     if output:
@@ -351,6 +353,7 @@ def sample(spec: SpecArg,
            set: SetOpt = None) -> None:
     """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
     with user_errors():
+        resolve_backend(backend)          # a typo is answered before the checkpoint is read
         net = _load(spec, set, 1)
         text = run_sample(net, require_init(spec, init), prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
     if as_json:

@@ -10,6 +10,7 @@ import typer
 
 from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, err, user_errors
 from lmc.core.errors import LmcError
+from lmc.core.fields import did_you_mean
 from lmc.export.published import import_weights
 from lmc.export.run import FORMATS, export as run_export
 from lmc.lower.options import LowerOptions
@@ -34,7 +35,7 @@ def export(spec: SpecArg,
     """Export a trained net: its tensors (safetensors), an ONNX model, or a standalone IREE package (docs/export.md)."""
     with user_errors():
         if format not in FORMATS:
-            raise LmcError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
+            raise LmcError(f"--format {format!r}: expected one of {', '.join(FORMATS)}{did_you_mean(format, FORMATS)}")
         if batch is not None and batch < 1:
             raise LmcError(f"--batch must be at least 1, got {batch}")
         if format != "vmfb" and (backend is not None or chip is not None or batch is not None):

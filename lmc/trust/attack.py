@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lmc.core.errors import TrustError
+from lmc.core.fields import did_you_mean
 from lmc.evaluate.interval import wilson95
 from lmc.trust.model import Model, batches, pad
 from lmc.evaluate.plot import save_percent_plot
@@ -46,7 +47,7 @@ class AttackResult:
 
 def check_args(eps: list[float], norm: str, steps: int, step_size: float | None, restarts: int) -> None:
     if norm not in NORMS:
-        raise TrustError(f"--norm {norm!r}: expected linf or l2")
+        raise TrustError(f"--norm {norm!r}: expected linf or l2{did_you_mean(norm, ('linf', 'l2'))}")
     if not eps:
         raise TrustError("--eps: give at least one radius, e.g. --eps 0,0.05,0.1")
     bad = [e for e in eps if not np.isfinite(e) or e < 0]
