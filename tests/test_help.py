@@ -31,6 +31,15 @@ def test_every_command_has_examples():
     assert set(EXAMPLES) == set(COMMANDS)
 
 
+def test_lmc_help_shows_examples_of_real_commands():
+    from lmc.cli.examples import TOP_EXAMPLES
+    text = " ".join(_help().split())
+    assert "Examples:" in text
+    for ex in TOP_EXAMPLES:
+        assert ex in text, ex
+        assert shlex.split(ex)[1] in COMMANDS, ex
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_help_shows_examples_that_use_the_commands_own_options(name):
     text = _help(name)

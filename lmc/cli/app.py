@@ -89,7 +89,8 @@ class _Group(_PlainHelp, typer.core.TyperGroup):
 
 
 app = typer.Typer(cls=_Group, rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
-                  help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.")
+                  help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.",
+                  epilog=escape(epilog(None)))
 console = Console()
 # stderr: paths and messages on one line, and never read as rich markup (a path may hold "[/x]")
 err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)

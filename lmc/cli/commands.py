@@ -402,8 +402,9 @@ def layers(as_json: Annotated[bool, typer.Option("--json", help="Print the kinds
 
 @app.command(cls=_Command)
 def schema() -> None:
-    """Print the JSON Schema of spec files (generated from the layer, loss, optimizer and dataset
-    registries) for editors: save it and point a YAML language server at it.
+    """Print the JSON Schema of spec files for editors: save it and point a YAML language server at it.
+
+    The schema is generated from the layer, loss, optimizer and dataset registries.
 
     No --json: the schema is JSON already."""
     sys.stdout.write(schema_text())

@@ -36,9 +36,16 @@ EXAMPLES: dict[str, list[str]] = {
 }
 
 
-def epilog(name: str) -> str | None:
-    """The examples of command `name` as its help's closing paragraph(s), or None."""
-    ex = EXAMPLES.get(name)
+# `lmc --help`: the first hour, in order (the README's "First hour" section runs the same commands)
+TOP_EXAMPLES = ["lmc train specs/digits_cnn.yaml --out runs/digits_cnn",
+                "lmc plot runs/digits_cnn",
+                "lmc eval runs/digits_cnn",
+                "lmc predict runs/digits_cnn digit.png"]
+
+
+def epilog(name: str | None) -> str | None:
+    """The examples of command `name` (None: of `lmc` itself) as its help's closing paragraph(s), or None."""
+    ex = TOP_EXAMPLES if name is None else EXAMPLES.get(name)
     if not ex:
         return None
     return "Examples:\n\n" + "\n\n".join("  " + e for e in ex)
