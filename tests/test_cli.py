@@ -296,6 +296,8 @@ def test_the_old_steps_flag_is_refused_naming_its_new_name(fake_compiler, tmp_pa
     assert fake_compiler == [] and not (tmp_path / "r").exists()
     help_text = run(cmd[0], "--help").output
     assert new in help_text and "--steps " not in help_text
+    r = run(cmd[0], "--" + new.split("-")[-2] + "-step", "3")          # a slip of the new name
+    assert r.exit_code == 2 and new in r.output and "--steps" not in r.output.replace(new, "")
 
 
 def test_compile_refuses_a_bad_spec_before_compiling(fake_compiler, tmp_path):

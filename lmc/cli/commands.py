@@ -13,8 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lmc.cli.app import (ChipOpt, OldStepsOpt, SetOpt, SpecArg, _Command, _load, app, console, err, refuse_old_steps,
-                         user_errors)
+from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
 from lmc.core.errors import LmcError
 from lmc.core.fields import did_you_mean
 from lmc.compile import compile_module, resolve_backend
@@ -211,8 +210,7 @@ def train(spec: SpecArg,
           devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
           dist_timeout: Annotated[Optional[float], typer.Option(help="Data-parallel: seconds a rank waits for the others at an all-reduce before the job is aborted (a rank died or hangs); default 300.")] = None,
           as_json: Annotated[bool, typer.Option("--json", help="At the end, print the run's summary (step, loss, final eval, timings, checkpoint) as JSON on stdout.")] = False,
-          set: SetOpt = None,
-          old_steps: OldStepsOpt = None) -> None:
+          set: SetOpt = None) -> None:
     """Train SPEC: compile (cached), initialize, train on the device, evaluate, checkpoint.
 
     Ctrl-C saves a checkpoint at the current step and exits with code 130."""
@@ -220,7 +218,6 @@ def train(spec: SpecArg,
     world = launched_size()
     try:
         with user_errors():
-            refuse_old_steps("train", old_steps)
             if nproc < 1:
                 raise LmcError(f"--nproc must be at least 1, got {nproc}")
             if world > 1 and nproc not in (1, world):
@@ -419,14 +416,12 @@ def bench_cmd(spec: SpecArg,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
               peak: Annotated[bool, typer.Option("--peak/--no-peak", help="On llvm-cpu, also measure the machine's float32 matmul peak (NumPy sgemm 4096³, all cores; a few seconds) and report the step's GFLOP/s as its fraction.")] = True,
-              set: SetOpt = None,
-              old_steps: OldStepsOpt = None) -> None:
+              set: SetOpt = None) -> None:
     """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
 
     Measures compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s
     and peak memory."""
     with user_errors():
-        refuse_old_steps("bench", old_steps)
         net = _load(spec, set, batch)
         if net.spec.train is None:
             raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")

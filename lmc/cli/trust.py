@@ -11,8 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from lmc.cli.app import (ChipOpt, OldStepsOpt, SetOpt, SpecArg, _Command, _load, app, console, err, refuse_old_steps,
-                         user_errors)
+from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
 from lmc.core.errors import LmcError
 from lmc.evaluate.interval import wilson95
 from lmc.evaluate.plot import png_target
@@ -100,14 +99,12 @@ def attack(spec: SpecArg,
            data: DataOpt = None,
            batch: BatchOpt = None,
            as_json: JsonOpt = False,
-           set: SetOpt = None,
-           old_steps: OldStepsOpt = None) -> None:
+           set: SetOpt = None) -> None:
     """Attack a trained classifier with PGD (random start, projected onto the ε-ball and the data range).
 
     Prints clean and adversarial top-1 per ε with 95% Wilson intervals and writes a plot.
     PGD gives an upper bound on robust accuracy, never a certificate."""
     with user_errors():
-        refuse_old_steps("attack", old_steps)
         radii = _floats(eps, "--eps")
         check_attack_args(radii, norm, pgd_steps, step_size, restarts)
         net = _load(spec, set, batch)
