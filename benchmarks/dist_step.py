@@ -26,7 +26,7 @@ NETS = {"mnist_mlp": ("specs/mnist_mlp.yaml", 128, []),
 
 
 def one(spec, batch, sets, steps, nproc, out):
-    cmd = [sys.executable, "-m", "lmc", "train", spec, "--steps", str(steps), "--log-every", "1", "--out", str(out),
+    cmd = [sys.executable, "-m", "lmc", "train", spec, "--max-steps", str(steps), "--log-every", "1", "--out", str(out),
            "--overwrite", "--set", "dataset=synthetic", "--set", f"train.batch_size={batch // nproc}"]
     for s in sets:
         cmd += ["--set", s]

@@ -55,7 +55,7 @@ def bare(mod, net, a, x, y, steps: int, upload_batch: bool) -> float:
 def through_lmc(spec: Path, steps: int, data: Path | None) -> float:
     net = infer(load_spec(spec))
     with tempfile.TemporaryDirectory() as d:
-        opts = TrainOptions(out=Path(d) / "run", steps=steps + 1, overwrite=True, data=data)
+        opts = TrainOptions(out=Path(d) / "run", max_steps=steps + 1, overwrite=True, data=data)
         s = train(net, opts, Console(stderr=True, quiet=True))
     return s.train_seconds / s.steps_run, s.train_cpu_seconds / s.steps_run
 

@@ -18,6 +18,7 @@ import types
 from pathlib import Path
 
 from lmc.check import load_net
+from lmc.core.errors import LmcError
 from lmc.evaluate.checkpoint import evaluate_checkpoint
 from lmc.evaluate.predict import load_predictor, predict as run_predict
 from lmc.export.run import export as run_export
@@ -43,14 +44,16 @@ def overrides(fields: dict) -> list[str]:
     return out
 
 
-def train(spec, *, out=None, steps=None, init=None, resume=False, overwrite=False, backend=None, chip=None,
+def train(spec, *, out=None, max_steps=None, init=None, resume=False, overwrite=False, backend=None, chip=None,
           data=None, sets=(), verbose=True, **fields):
     """`lmc train SPEC`: `fields` are overrides (see `overrides`), `sets` more `--set` items;
     returns the run's Summary (.out is the run directory: pass it to `load`)."""
     from rich.console import Console
+    if "steps" in fields:      # `lmc train --steps` is `--max-steps` now: the same here
+        raise LmcError("lmc.train(steps=N) is now max_steps=N (stop when the global step reaches N)")
     net = load_net(spec_file(spec), list(sets) + overrides(fields))
     opts = TrainOptions(backend=backend, chip=chip, data=None if data is None else Path(data),
-                        out=None if out is None else Path(out), steps=steps,
+                        out=None if out is None else Path(out), max_steps=max_steps,
                         init=None if init is None else require_init(None, init), resume=resume,
                         overwrite=overwrite, lower_options=LowerOptions.from_env())
     return run_training(net, opts, Console(stderr=True, highlight=False, quiet=not verbose))

@@ -18,7 +18,7 @@ from lmc.train.trainer import train_job
 
 spec, out, steps, *sets = sys.argv[1:]
 net = infer(load_spec(Path(spec), [(s, "--set") for s in sets]))
-job = check_job(net, TrainOptions(out=Path(out), steps=int(steps), overwrite=True, dist_timeout=60.0),
+job = check_job(net, TrainOptions(out=Path(out), max_steps=int(steps), overwrite=True, dist_timeout=60.0),
                 Console(stderr=True))
 summary, state = train_job(job)
 arrays = to_host(state.P) + to_host(state.O) + to_host(state.S)

@@ -41,7 +41,7 @@ def refused(r, *names):
 def good_ckpt(tmp_path_factory):
     """A real checkpoint of digits_mlp (2 steps)."""
     d = tmp_path_factory.mktemp("run")
-    r = subprocess.run([sys.executable, "-m", "lmc", "train", str(MLP), "--steps", "2", "--out", str(d / "run")],
+    r = subprocess.run([sys.executable, "-m", "lmc", "train", str(MLP), "--max-steps", "2", "--out", str(d / "run")],
                        capture_output=True, text=True, cwd=d, timeout=600)
     assert r.returncode == 0, r.stderr
     return d / "run" / "last.npz"
@@ -66,7 +66,7 @@ def _bad_checkpoints(tmp_path: Path, good: Path) -> dict[str, tuple[Path, str]]:
 @pytest.mark.slow
 def test_bad_checkpoints_are_refused(tmp_path, good_ckpt):
     for what, (p, text) in _bad_checkpoints(tmp_path, good_ckpt).items():
-        for cmd in (["eval", MLP, "--init", p], ["train", MLP, "--init", p, "--out", tmp_path / "r", "--steps", "1"]):
+        for cmd in (["eval", MLP, "--init", p], ["train", MLP, "--init", p, "--out", tmp_path / "r", "--max-steps", "1"]):
             line = refused(run(*cmd), p)
             assert text in line, (what, line)
 
@@ -130,13 +130,13 @@ def test_bad_npz_datasets_are_refused_before_compiling(tmp_path, monkeypatch, ca
         _npz(p, x=x, y=y, x_val=x[:0], y_val=y[:0])
     else:
         p.write_text("x,y\n1,2\n")
-    refused(run("train", MLP, "--data", p, "--out", tmp_path / "r", "--steps", "1"), p, *names)
+    refused(run("train", MLP, "--data", p, "--out", tmp_path / "r", "--max-steps", "1"), p, *names)
 
 
 def test_a_text_corpus_that_is_not_utf8(tmp_path):
     p = tmp_path / "corpus.txt"
     p.write_bytes("héllo wörld\n".encode("latin-1") * 200)
-    refused(run("train", ROOT / "specs" / "tiny_gpt_char.yaml", "--data", p, "--out", tmp_path / "r", "--steps", "1"),
+    refused(run("train", ROOT / "specs" / "tiny_gpt_char.yaml", "--data", p, "--out", tmp_path / "r", "--max-steps", "1"),
             p, "not UTF-8")
 
 

@@ -124,7 +124,7 @@ def test_fpn_detector_trains_with_box_aware_affine(tmp_path):
     import json
     from typer.testing import CliRunner
     from lmc.cli import app
-    r = CliRunner().invoke(app, ["train", str(FPN), "--steps", "30", "--out", str(tmp_path / "run"),
+    r = CliRunner().invoke(app, ["train", str(FPN), "--max-steps", "30", "--out", str(tmp_path / "run"),
                                  "--set", "train.fpn_affine_prob=0.5", "--set", "train.fpn_affine_scale=0.3",
                                  "--set", "train.fpn_affine_translate=0.1", "--log-every", "5"])
     assert r.exit_code == 0, r.output

@@ -273,6 +273,31 @@ def test_compile_spec_with_fake_compiler(fake_compiler, tmp_path):
     assert Path(out) == Path("build") / "recipe-ablation-a.llvm-cpu.vmfb"     # build_tag in the name
     assert f"compiling recipe-ablation-a for llvm-cpu → {out}" in r.stderr
     assert "compiled in 0.0s" in r.stderr
+    r = run("compile", RECIPE, "--backend", "llvm-cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got == {"source": str(RECIPE), "name": "recipe-ablation-a", "backend": "llvm-cpu", "output": str(out),
+                   "bytes": 4, "cached": False, "seconds": 0.0, "command": ["iree-compile", "fake"]}
+
+
+@pytest.mark.parametrize("cmd,new,meaning", [
+    (["train", RECIPE], "--max-steps", "stop when the global step reaches N"),
+    (["bench", RECIPE], "--timed-steps", "timed train steps after the warm-up"),
+    (["attack", RECIPE, "--eps", "0.1"], "--pgd-steps", "PGD steps per restart")])
+def test_the_old_steps_flag_is_refused_naming_its_new_name(fake_compiler, tmp_path, cmd, new, meaning):
+    """`--steps` meant three counts; each command now names its own, and the old spelling (even
+    with a non-number) is one error naming the new flag, before anything is loaded or compiled."""
+    for value in ("5", "x"):
+        r = run(*cmd, "--steps", value, "--out" if cmd[0] == "train" else "--batch", tmp_path / "r" if cmd[0] == "train" else 2)
+        assert r.exit_code == 2, r.output
+        assert r.stderr.splitlines() == [
+            f"error: --steps is now {new} on lmc {cmd[0]} ({meaning}); --steps meant a different count on each of "
+            f"lmc train, bench and attack", f"hint: write {new} {value}"]
+    assert fake_compiler == [] and not (tmp_path / "r").exists()
+    help_text = run(cmd[0], "--help").output
+    assert new in help_text and "--steps " not in help_text
+    r = run(cmd[0], "--" + new.split("-")[-2] + "-step", "3")          # a slip of the new name
+    assert r.exit_code == 2 and new in r.output and "--steps" not in r.output.replace(new, "")
 
 
 def test_compile_refuses_a_bad_spec_before_compiling(fake_compiler, tmp_path):

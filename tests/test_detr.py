@@ -184,7 +184,7 @@ def test_a_tiny_detr_trains_and_is_scored_by_map(tmp_path, monkeypatch):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(_tiny())
     run = tmp_path / "run"
-    r = CliRunner().invoke(app, ["train", str(spec), "--steps", "60", "--out", str(run)])
+    r = CliRunner().invoke(app, ["train", str(spec), "--max-steps", "60", "--out", str(run)])
     assert r.exit_code == 0, r.output
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in recs if x["kind"] == "step"]

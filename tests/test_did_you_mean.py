@@ -159,3 +159,186 @@ def test_backend_typo():
     r = run("train", DIGITS_MLP, "--backend", "cdua")
     assert r.exit_code == 2
     assert r.stderr.strip() == "error: unknown backend 'cdua'; did you mean 'cuda'? (expected one of llvm-cpu, cuda, rocm)"
+
+
+# --------------------------------------------------------- every enum value, through the CLI
+# Each string-enum field of a spec, and each enum option of a command, fed a one-letter slip of
+# each of its values: exit 2, one `error:` line (at the field's line for a spec) that names the
+# value meant.
+
+from lmc.core.fields import Activation, Normalization, Padding, PadStyle  # noqa: E402
+from lmc.data.kinds import all_datasets  # noqa: E402
+from lmc.layers import all_layers  # noqa: E402
+from lmc.losses import all_losses  # noqa: E402
+from lmc.lower.options import CHOICES  # noqa: E402
+from lmc.optim import optimizer_names  # noqa: E402
+
+TINY_GPT = ROOT / "specs" / "tiny_gpt_char.yaml"
+CONV = """name: c
+input: {channels: 1, height: 8, width: 8}
+dataset: digits
+layers:
+  - conv2d: {oc: 4, k_size: 3, pad: PAD}
+  - conv_next_stage: {n_blocks: 1, norm: NORM}
+  - global_avg_pool
+  - dense: {fan_out: 10}
+train: {learning_rate: 0.1, batch_size: 8, epochs: 1}
+"""
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def _slip(value: str, values) -> str:
+    """A one-letter slip of `value` that is one edit from it and from no other value: its last
+    letter doubled (`relu` → `reluu`), else replaced (`imagenet` → `imageneq`: `imagenett` is as
+    close to `imagenette`)."""
+    for typo in (value + value[-1], value[:-1] + "q", "q" + value[1:]):
+        if all(_edits(typo, v) > 1 for v in values if v != value):
+            return typo
+    raise AssertionError(f"no unambiguous slip of {value!r}")
+
+
+def _conv(pad="same", norm="ln"):
+    return CONV.replace("PAD", pad).replace("NORM", norm)
+
+
+# (what, the spec text with VALUE where the field's value goes, its values)
+SPEC_ENUMS = [
+    ("layer kind", DIGITS_MLP.read_text().replace("  - dense: {fan_in: 64,", "  - VALUE: {fan_in: 64,", 1),
+     [k for k in all_layers() if k != "dense"]),
+    ("act", DIGITS_MLP.read_text().replace("act: relu", "act: VALUE", 1), [m.value for m in Activation]),
+    ("pad", _conv(pad="VALUE"), [m.value for m in Padding]),
+    ("norm", _conv(norm="VALUE"), [m.value for m in Normalization]),
+    ("conv_pad_style", "conv_pad_style: VALUE\n" + _conv(), [m.value for m in PadStyle]),
+    ("dataset", DIGITS_MLP.read_text().replace("dataset: digits", "dataset: VALUE", 1), list(all_datasets())),
+    ("dataset.kind", DIGITS_MLP.read_text().replace("dataset: digits", "dataset: {kind: VALUE}", 1),
+     list(all_datasets())),
+    ("dataset.vocab", TINY_GPT.read_text().replace("vocab: char}", "vocab: VALUE}", 1), ["byte", "char"]),
+    ("train.optimizer", DIGITS_MLP.read_text().replace("  use_adam: true", "  optimizer: VALUE", 1),
+     list(optimizer_names())),
+    ("train.loss_kind", DIGITS_MLP.read_text().replace("  seed: 0", "  loss_kind: VALUE", 1), list(all_losses())),
+    ("train.fp8", DIGITS_MLP.read_text().replace("  seed: 0", "  fp8: VALUE", 1), ["off", "e4m3"]),
+    ("train.keep_best.mode", DIGITS_MLP.read_text().replace("  seed: 0", "  keep_best: {metric: top1, mode: VALUE}", 1),
+     ["max", "min", "auto"]),
+    ("train.keep_best.metric", DIGITS_MLP.read_text().replace("  seed: 0", "  keep_best: {metric: VALUE}", 1),
+     ["top1", "top5", "loss", "perplexity"]),
+    ("train.early_stop.mode", DIGITS_MLP.read_text().replace("  seed: 0", "  early_stop: {metric: loss, mode: VALUE}", 1),
+     ["max", "min", "auto"]),
+]
+
+
+def test_the_spec_enum_list_covers_every_choice_field():
+    """A new Choice-typed field of a layer or of the recipe lands in SPEC_ENUMS (or this fails)."""
+    import dataclasses
+    import typing
+    from lmc.spec.config import TrainConfig
+    covered = {w.split(".")[-1] for w, _, _ in SPEC_ENUMS}
+    for cls in [TrainConfig, *all_layers().values()]:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            t = hints.get(f.name)
+            if isinstance(t, type) and issubclass(t, Choice):
+                assert f.name in covered, f"{cls.__name__}.{f.name} ({t.__name__}) has no typo case here"
+
+
+def test_the_valid_spellings_are_valid(tmp_path):
+    """The texts above parse with a real value, so the slip is the only thing wrong in them."""
+    for what, text, values in SPEC_ENUMS:
+        if what != "layer kind":          # the dense layer's fields are not another kind's
+            p = tmp_path / "ok.yaml"
+            p.write_text(text.replace("VALUE", {"train.fp8": "e4m3"}.get(what, values[0])))
+            load_spec(p)
+
+
+@pytest.mark.parametrize("what, text, values", SPEC_ENUMS, ids=[w for w, _, _ in SPEC_ENUMS])
+def test_every_spec_enum_value_answers_a_slip(tmp_path, what, text, values):
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "VALUE" in l)
+    for value in values:
+        typo = _slip(value, values)
+        p = tmp_path / "s.yaml"
+        p.write_text(text.replace("VALUE", typo))
+        r = run("validate", p)
+        assert r.exit_code == 2, (what, typo, r.output)
+        errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+        assert errors and errors[0].startswith(f"error: {p}:{line}:"), (what, typo, r.stderr)
+        assert f"did you mean '{value}'?" in errors[0], (what, typo, errors[0])
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """Checkpoints of digits_mlp and tiny_gpt_char (their initial parameters; a char vocabulary
+    for the LM) and an input array for predict."""
+    from lmc.graph.infer import infer
+    from lmc.graph.init import init_tensors
+    from lmc.run.checkpoint import save_checkpoint
+    import numpy as np
+    d = tmp_path_factory.mktemp("ckpts")
+    out = {}
+    for name, spec, meta in (("mlp", DIGITS_MLP, {}), ("lm", TINY_GPT, {"vocab": "abc"})):
+        net = infer(load_spec(spec))
+        params, state = init_tensors(net, 0)
+        out[name] = save_checkpoint(d / f"{name}.npz", net, [], params, [], state, {"step": 0, **meta})
+    np.save(d / "x.npy", np.zeros((1, 64), np.float32))
+    out["x"] = d / "x.npy"
+    out["dir"] = d
+    return out
+
+
+def _args(cmd: str, c) -> list:
+    """`lmc cmd` with what it needs up to the option under test."""
+    mlp = [DIGITS_MLP, "--init", c["mlp"]]
+    return {"compile": [DIGITS_MLP, "-o", c["dir"] / "m.vmfb"], "render": [DIGITS_MLP], "bench": [DIGITS_MLP],
+            "train": [DIGITS_MLP, "--out", c["dir"] / "run"], "eval": mlp, "lipschitz": mlp,
+            "predict": [DIGITS_MLP, c["x"], "--init", c["mlp"]], "attack": [*mlp, "--eps", "0.1"],
+            "certify": [*mlp, "--sigma", "0.25"], "sample": [TINY_GPT, "--init", c["lm"]],
+            "export": [*mlp, "--format", "vmfb", "-o", c["dir"] / "pkg"],
+            "import": [DIGITS_MLP, c["dir"] / "w.safetensors", "-o", c["dir"] / "w.npz"]}[cmd]
+
+
+def _commands_with(flag: str) -> list[str]:
+    from typer.main import get_command
+    from lmc.cli import app
+    return sorted(n for n, c in get_command(app).commands.items()
+                  if any(flag in p.opts for p in c.params if p.param_type_name == "option"))
+
+
+CLI_ENUMS = ([("--backend", cmd, ["llvm-cpu", "cuda", "rocm"]) for cmd in _commands_with("--backend")]
+             + [("--region", "eval", ["auto", "live", "ema", "swa", "swag"])]
+             + [("--region", cmd, ["auto", "live", "ema", "swa"]) for cmd in ("export", "attack", "certify", "lipschitz")]
+             + [("--norm", "attack", ["linf", "l2"]), ("--format", "export", ["safetensors", "onnx", "vmfb"]),
+                ("--from", "import", ["torchvision", "timm"]),
+                ("--function", "render", ["train_step", "forward", "all", "input_grad"])])
+
+
+def test_the_cli_enum_list_covers_every_region_option():
+    assert {c for f, c, _ in CLI_ENUMS if f == "--region"} == set(_commands_with("--region"))
+
+
+@pytest.mark.parametrize("flag, cmd, values", CLI_ENUMS, ids=[f"{c} {f}" for f, c, _ in CLI_ENUMS])
+def test_every_cli_enum_value_answers_a_slip(ckpts, flag, cmd, values):
+    for value in values:
+        typo = _slip(value, values)
+        r = run(cmd, *_args(cmd, ckpts), flag, typo)
+        assert r.exit_code == 2, (cmd, flag, typo, r.output)
+        errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+        assert len(errors) == 1 and f"did you mean '{value}'?" in errors[0], (cmd, flag, typo, r.stderr)
+
+
+@pytest.mark.parametrize("field, var_values", CHOICES.items(), ids=list(CHOICES))
+def test_every_lowering_switch_answers_a_slip(monkeypatch, field, var_values):
+    var, values = var_values
+    for value in values:
+        typo = _slip(value, values)
+        monkeypatch.setenv(var, typo)
+        r = run("info", DIGITS_MLP, "--json")
+        assert r.exit_code == 2, (var, typo, r.output)
+        assert r.stderr.strip().startswith(f"error: {var}={typo!r}: expected one of"), r.stderr
+        assert f"did you mean '{value}'?" in r.stderr, r.stderr

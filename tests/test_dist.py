@@ -79,7 +79,7 @@ def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path, steps, extra)
     got = ranks(tmp_path / "dp", MLP, steps, "train.batch_size=32", *extra)
     assert checksum(got[0]) == checksum(got[1])                   # ranks bit-identical
     sets = [a for e in extra for a in ("--set", e)]
-    r = lmc_cli("train", MLP, "--steps", steps, "--set", "train.batch_size=64", *sets, "--out", tmp_path / "one")
+    r = lmc_cli("train", MLP, "--max-steps", steps, "--set", "train.batch_size=64", *sets, "--out", tmp_path / "one")
     assert r.returncode == 0, r.stderr
     one = tensors(tmp_path / "one" / "last.npz")
     dp = tensors(tmp_path / "dp" / "last.npz")                    # rank 0's checkpoint
@@ -278,7 +278,7 @@ def test_refusals(tmp_path, sets, msg):
     if "per_pixel_dice" in sets[0]:
         spec = ROOT / "specs" / "unet_digits.yaml"
         msg = "its batch value is not a mean of per-example terms"
-    args = ["train", spec, "--nproc", 2, "--steps", 1, "--out", tmp_path / "r"]
+    args = ["train", spec, "--nproc", 2, "--max-steps", 1, "--out", tmp_path / "r"]
     for s in sets:
         args += ["--set", s]
     r = lmc_cli(*args, timeout=120)
@@ -289,7 +289,7 @@ def test_refusals(tmp_path, sets, msg):
 
 def test_nproc_under_a_launcher_must_match(tmp_path):
     r = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "lmc", "train", str(MLP), "--nproc", "3",
-                        "--steps", "1", "--out", str(tmp_path / "r")], env=ENV, capture_output=True, text=True,
+                        "--max-steps", "1", "--out", str(tmp_path / "r")], env=ENV, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0
     assert "--nproc 3, but the launcher started 2 ranks" in r.stderr
@@ -299,7 +299,7 @@ def test_nproc_under_a_launcher_must_match(tmp_path):
                                       (["--devices", "0,1"], "--devices acts on data-parallel ranks"),
                                       (["--nproc", 2, "--devices", "0,1"], "--devices names GPU devices")])
 def test_data_parallel_options_are_refused_where_they_do_nothing(tmp_path, args, msg):
-    r = lmc_cli("train", MLP, "--steps", 1, *args, "--out", tmp_path / "r", timeout=120)
+    r = lmc_cli("train", MLP, "--max-steps", 1, *args, "--out", tmp_path / "r", timeout=120)
     assert r.returncode == 2 and msg in r.stderr, r.stderr[-2000:]
 
 

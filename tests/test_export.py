@@ -1,6 +1,7 @@
 """`lmc export`: the safetensors writer (and the package-based reader behind --init)."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -56,8 +57,9 @@ def ckpt(tmp_path):
 def test_safetensors_export_names_values_and_roundtrip(ckpt, tmp_path):
     spec, net, path, params, state, ema = ckpt
     out = tmp_path / "w.safetensors"
-    r = run("export", spec, "--init", path, "--format", "safetensors", "-o", out, "--region", "live")
+    r = run("export", spec, "--init", path, "--format", "safetensors", "-o", out, "--region", "live", "--json")
     assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"output": str(out), "format": "safetensors", "region": "live", "init": str(path)}
     got = safetensors.load_file(str(out))
     assert list(got) == sorted([p.name for p in net.params] + [s.name for s in net.state])
     for p, a in zip(net.params, params):
@@ -382,8 +384,10 @@ def test_import_maps_a_state_dict_by_name_and_shape(ckpt, tmp_path):
     spec, net, *_ = ckpt
     sd = _torchvision_like(np.random.default_rng(0))
     safetensors.save_file(sd, str(tmp_path / "w.safetensors"))
-    r = run("import", spec, tmp_path / "w.safetensors", "--from", "torchvision", "-o", tmp_path / "ck.npz")
+    r = run("import", spec, tmp_path / "w.safetensors", "--from", "torchvision", "-o", tmp_path / "ck.npz", "--json")
     assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"output": str(tmp_path / "ck.npz"), "weights": str(tmp_path / "w.safetensors"),
+                                    "from": "torchvision", "params": 5, "state": 2, "bn_eps": 1e-5}
     got = load_init(tmp_path / "ck.npz", net)
     want = [sd["features.0.weight"], sd["features.1.weight"], sd["features.1.bias"], sd["classifier.weight"].T,
             sd["classifier.bias"]]

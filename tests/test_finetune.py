@@ -36,7 +36,7 @@ def test_bootstrap_from_a_run(tmp_path):
     info = json.loads((a / "run.json").read_text())
     assert info["dataset"]["n_val"] < 360
     r = run("train", MLP, "--set", HIGH, "--set", f"train.bootstrap_backbone=[{a}, {PREFIX}]",
-            "--set", "train.head_lr_mult=3", "--steps", 1, "--out", b)
+            "--set", "train.head_lr_mult=3", "--max-steps", 1, "--out", b)
     assert r.exit_code == 0, r.output
     assert f"bootstrap: 4 tensors ({PREFIX:,} floats, 00.dense.weight … 01.dense.bias) from {a / 'last.npz'}" in r.output
     r = run("train", MLP, "--set", HIGH, "--set", f"train.bootstrap_backbone=[{a}, {PREFIX + 1}]", "--out", b,

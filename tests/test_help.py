@@ -31,12 +31,21 @@ def test_every_command_has_examples():
     assert set(EXAMPLES) == set(COMMANDS)
 
 
+def test_lmc_help_shows_examples_of_real_commands():
+    from lmc.cli.examples import TOP_EXAMPLES
+    text = " ".join(_help().split())
+    assert "Examples:" in text
+    for ex in TOP_EXAMPLES:
+        assert ex in text, ex
+        assert shlex.split(ex)[1] in COMMANDS, ex
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_help_shows_examples_that_use_the_commands_own_options(name):
     text = _help(name)
     assert "Examples:" in text
     cmd = GROUP.commands[name]
-    flags = {o for p in cmd.params if p.param_type_name == "option" for o in p.opts + p.secondary_opts}
+    flags = {o for p in cmd.params if p.param_type_name == "option" and not p.hidden for o in p.opts + p.secondary_opts}
     for ex in EXAMPLES[name]:
         assert ex in " ".join(text.split()) or ex in text, ex       # printed as written
         words = shlex.split(ex)
@@ -94,7 +103,7 @@ def test_eval_limit_and_the_json_flags(tmp_path):
     import sys
     spec = ROOT / "specs" / "digits_mlp.yaml"
     lmc = [sys.executable, "-m", "lmc"]
-    r = subprocess.run(lmc + ["train", str(spec), "--steps", "2", "--out", str(tmp_path / "run"), "--json"],
+    r = subprocess.run(lmc + ["train", str(spec), "--max-steps", "2", "--out", str(tmp_path / "run"), "--json"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
@@ -108,3 +117,18 @@ def test_eval_limit_and_the_json_flags(tmp_path):
     kinds = json.loads(CliRunner().invoke(app, ["layers", "--json"]).stdout)
     dense = next(k for k in kinds if k["kind"] == "dense")
     assert dense["fields"][0] == {"name": "fan_in", "inferred": True} and dense["lowers"]
+
+
+# the commands whose output is itself the result, in a format of its own (MLIR text; a JSON
+# Schema): no --json, and their help says why
+NO_JSON = {"render", "schema"}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_that_prints_a_result_takes_json(name):
+    opts = {o for p in GROUP.commands[name].params if p.param_type_name == "option" for o in p.opts}
+    if name in NO_JSON:
+        assert "--json" not in opts
+        assert "No --json:" in " ".join(_help(name).split())
+    else:
+        assert "--json" in opts, f"lmc {name} prints a result but has no --json"

@@ -23,7 +23,7 @@ SHOWCASE = ["digits_separable", "digits_shuffle", "digits_darknet", "digits_fpn_
 @pytest.mark.parametrize("stem", SHOWCASE)
 def test_showcase_spec_trains(stem, tmp_path):
     run = tmp_path / "run"
-    r = CliRunner().invoke(app, ["train", str(SPECS / f"{stem}.yaml"), "--steps", "3", "--out", str(run)])
+    r = CliRunner().invoke(app, ["train", str(SPECS / f"{stem}.yaml"), "--max-steps", "3", "--out", str(run)])
     assert r.exit_code == 0, r.output
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [s["loss"] for s in steps if s["kind"] == "step"]

@@ -86,7 +86,7 @@ def test_resume_is_bit_exact_with_selection_on(tmp_path):
                  early_stop={"metric": "top1", "patience": 2, "min_delta": 0.02})
     full, part = tmp_path / "full", tmp_path / "part"
     assert train("--epochs", 6, *knobs, "--out", full).exit_code == 0
-    assert train("--epochs", 6, *knobs, "--out", part, "--steps", 2 * BPE + 7).exit_code == 0
+    assert train("--epochs", 6, *knobs, "--out", part, "--max-steps", 2 * BPE + 7).exit_code == 0
     r = train("--epochs", 6, *knobs, "--out", part, "--resume")
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in full.glob("*.npz"))

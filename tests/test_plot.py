@@ -75,6 +75,8 @@ def test_png_writers_never_overwrite_silently(tmp_path):
     assert r.exit_code == 0 and "replaced the earlier file" in r.stderr
     r = CliRunner().invoke(app, ["plot", str(d), "-o", str(out)])            # the older name still works
     assert r.exit_code == 0
+    r = CliRunner().invoke(app, ["plot", str(d), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"plot": str(d / "curves-4.png"), "runs": [str(d)]}
 
 
 def test_the_validation_loss_is_the_cross_entropy():

@@ -92,9 +92,12 @@ def test_python_api(trained, tmp_path):
     ev = m.evaluate()
     r = run("eval", trained, "--json")
     assert json.loads(r.stdout)["top1"] == ev.as_dict()["top1"]
-    s = lmc.train(trained / "spec.yaml", steps=3, out=tmp_path / "T", verbose=False, learning_rate=0.01)
+    s = lmc.train(trained / "spec.yaml", max_steps=3, out=tmp_path / "T", verbose=False, learning_rate=0.01)
     assert s.step == 3 and (tmp_path / "T" / "last.npz").is_file()
     assert "train.learning_rate=0.01" in json.loads((tmp_path / "T" / "run.json").read_text())["sets"]
+    with pytest.raises(LmcError, match=r"lmc.train\(steps=N\) is now max_steps=N"):
+        lmc.train(trained / "spec.yaml", steps=3, out=tmp_path / "T2", verbose=False)
+    assert not (tmp_path / "T2").exists()
     if importlib.util.find_spec("lmc.export") is None:       # lmc export's stage is not in this build
         with pytest.raises(LmcError, match="not available"):
             m.export("onnx", tmp_path / "m.onnx")
@@ -107,7 +110,7 @@ def test_python_api(trained, tmp_path):
 ])
 def test_dense_outputs_are_written(spec, dataset, suffixes, tmp_path):
     out = tmp_path / "R"
-    r = run("train", SPECS / f"{spec}.yaml", "--steps", "40", "--out", out)
+    r = run("train", SPECS / f"{spec}.yaml", "--max-steps", "40", "--out", out)
     assert r.exit_code == 0, r.output
     ds = load_dataset(dataset, None, (1, 32, 32) if dataset == "digits_seg" else (1, 64, 64), 11 if dataset == "digits_seg" else 10)
     for i in range(2):

@@ -146,7 +146,7 @@ def _train(tmp, spec, fields, full, bin_path):
     out = tmp / "run"
     args = ["train", str(spec), "--out", str(out), "--overwrite"] + ([] if "epochs" in fields else ["--epochs", "2"])
     if not full:
-        args += ["--steps", "3"]
+        args += ["--max-steps", "3"]
     for k, v in fields.items():
         v = v.replace("BIN", str(bin_path)) if isinstance(v, str) and "BIN" in v else v
         if isinstance(v, str) and "," in v:

@@ -53,7 +53,7 @@ def test_eval_run_needs_no_spec(trained):
 
 
 def test_init_run_starts_from_its_checkpoint(trained, tmp_path):
-    r = run("train", trained, "--init", trained, "--steps", "2", "--out", tmp_path / "R2")
+    r = run("train", trained, "--init", trained, "--max-steps", "2", "--out", tmp_path / "R2")
     assert r.exit_code == 0, r.output
     assert f"initialized from {trained / 'last.npz'}" in r.stderr
     r = run("eval", trained, "--init", f"{trained}:best")

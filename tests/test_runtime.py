@@ -38,7 +38,7 @@ def _run(nice: str) -> dict:
 
 def test_a_bad_caller_nice_is_a_clear_error():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LMC_CALLER_NICE": "high"}
-    r = subprocess.run([sys.executable, "-m", "lmc.cli", "bench", str(ROOT / "specs" / "mnist_linear.yaml"), "--steps", "1"],
+    r = subprocess.run([sys.executable, "-m", "lmc.cli", "bench", str(ROOT / "specs" / "mnist_linear.yaml"), "--timed-steps", "1"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "LMC_CALLER_NICE='high': expected an integer nice value, 0 (off) to 19" in r.stderr

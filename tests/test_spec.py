@@ -634,7 +634,7 @@ def test_other_rules():
     assert rule_errors("  warmup_epochs: 11\n  cosine_decay: true\n") == [(5, "warmup_epochs (11) exceeds epochs (10)")]
     assert rule_errors("  warmup_epochs: 2\n") == [
         (5, "warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
-            "no warm-up (the seed's IREE path ignores it there)")]
+            "no warm-up (the Lean kit's IREE path silently ignores it there)")]
     # an optimizer field the chosen optimizer does not read
     assert rule_errors("  use_adam: true\n  momentum: 0.9\n") == [
         (6, "momentum is read by muon, rmsprop, sgd, not by the optimizer adam (use_adam)")]
@@ -768,8 +768,9 @@ LOSS_KINDS = ", ".join(all_losses())
     ({"per_pixel_weighted_ce": {"weights": [1, 0]}}, "k.weights: expected a non-empty list of positive numbers, got [1.0, 0.0]"),
     ({"per_pixel_weighted_ce": {"weights": 2}}, "k.weights: expected a list, got 2"),
     ({"per_pixel_focal_ce": {"gamma": -1}}, "k.gamma: expected a number >= 0, got -1.0"),
-    ({"per_pixel_focal_ce": {"alpha": 0.25}}, "k: loss 'per_pixel_focal_ce' has no parameter 'alpha'"),
-    ({"class_ce": {"gamma": 1}}, "k: loss 'class_ce' has no parameter 'gamma'"),
+    ({"per_pixel_focal_ce": {"alpha": 0.25}}, "k: loss 'per_pixel_focal_ce' has no parameter 'alpha' (parameters: gamma)"),
+    ({"per_pixel_focal_ce": {"gama": 2}}, "k: loss 'per_pixel_focal_ce' has no parameter 'gama'; did you mean 'gamma'? (parameters: gamma)"),
+    ({"class_ce": {"gamma": 1}}, "k: loss 'class_ce' has no parameter 'gamma' (it takes none)"),
     ({"per_pixel_focal_ce": [2]}, "k: parameters of loss 'per_pixel_focal_ce' must be a mapping, got [2]"),
 ])
 def test_loss_kind_errors(value, message):

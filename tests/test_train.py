@@ -89,7 +89,7 @@ def test_gpu_backend_without_gpu_fails_before_compiling(tmp_path, backend, kind)
 
 @pytest.mark.parametrize("backend,kind", [("rocm", "HIP"), ("cuda", "CUDA")])
 def test_bench_on_a_gpu_backend_without_gpu_reports_the_compile(backend, kind):
-    code, out = lmc("bench", MLP, "--backend", backend, "--steps", 1)
+    code, out = lmc("bench", MLP, "--backend", backend, "--timed-steps", 1)
     assert code == 2
     assert re.search(rf"compiled .* for {backend} \(batch \d+\): (cached|[\d.]+ s), [\d,]+ bytes; step timings need the device", out), out
     assert f"error: no {kind}" in out
@@ -97,7 +97,7 @@ def test_bench_on_a_gpu_backend_without_gpu_reports_the_compile(backend, kind):
 
 def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     run = tmp_path / "run"
-    code, out = lmc("train", MLP, "--epochs", 3, "--steps", 22, "--out", run)
+    code, out = lmc("train", MLP, "--epochs", 3, "--max-steps", 22, "--out", run)
     assert code == 0, out
     digest = hashlib.sha256((run / "last.npz").read_bytes()).hexdigest()
     # fine-tuning with another lr is allowed (the net hash ignores the recipe); 1e30 diverges at once
@@ -175,8 +175,8 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path):
     # a knob for a head the net does not have is refused
     code, out = lmc("train", MLP, "--set", "train.det_prior_pi=0.01", "--out", tmp_path / "r")
     assert code == 2 and "train.det_prior_pi 0.01: it initialises fpn_detect's objectness biases" in out
-    code, out = lmc("train", MLP, "--steps", 0, "--out", tmp_path / "r")
-    assert code == 2 and "--steps must be at least 1" in out
+    code, out = lmc("train", MLP, "--max-steps", 0, "--out", tmp_path / "r")
+    assert code == 2 and "--max-steps must be at least 1" in out
     code, out = lmc("plot", tmp_path / "nothing")
     assert code == 2 and "no metrics log at" in out
     assert not (tmp_path / "r").exists()

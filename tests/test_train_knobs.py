@@ -57,7 +57,7 @@ def test_knob_trains_checkpoints_and_resumes_exactly(tmp_path, knob):
     full, part = tmp_path / "full", tmp_path / "part"
     code, out = lmc("train", MLP, "--epochs", 3, *_sets(knob), "--out", full)
     assert code == 0, out
-    code, out = lmc("train", MLP, "--epochs", 3, *_sets(knob), "--out", part, "--steps", STOP)
+    code, out = lmc("train", MLP, "--epochs", 3, *_sets(knob), "--out", part, "--max-steps", STOP)
     assert code == 0, out
     mid, mmeta = _ckpt(part / "last.npz")
     assert mmeta["step"] == STOP
@@ -162,7 +162,7 @@ def test_deit_recipe_resumes_bit_exactly(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     code, out = lmc("train", DEIT, "--epochs", 2, "--out", full)
     assert code == 0, out
-    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--steps", 31)
+    code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--max-steps", 31)
     assert code == 0, out
     code, out = lmc("train", DEIT, "--epochs", 2, "--out", part, "--resume")
     assert code == 0, out

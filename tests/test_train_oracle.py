@@ -1,7 +1,7 @@
 """One train step through `lmc train` equals the same step written in JAX.
 
 Both start from the same --init file (random parameters and BN statistics) and see the same
-batch (an .npz of exactly one batch, `--steps 1 --no-shuffle`); the checkpoint lmc saves after
+batch (an .npz of exactly one batch, `--max-steps 1 --no-shuffle`); the checkpoint lmc saves after
 the step must match JAX's parameters, optimizer state and BN running statistics to f32
 tolerance.  JAX side: the forward written here with lax ops (conv via lax.conv_general_dilated,
 NCHW/OIHW, XLA-SAME padding; BN with batch statistics, ε = 1e-5, biased variance; softmax
@@ -177,7 +177,7 @@ def test_one_lmc_step_equals_jax(tmp_path, net_kind, opt):
     np.savez(tmp_path / "batch.npz", x=x, y=y, x_val=x, y_val=y)
 
     r = CliRunner().invoke(app, ["train", str(spec_path), "--init", str(tmp_path / "init.npz"),
-                                 "--data", str(tmp_path / "batch.npz"), "--steps", "1", "--no-shuffle",
+                                 "--data", str(tmp_path / "batch.npz"), "--max-steps", "1", "--no-shuffle",
                                  "--out", str(tmp_path / "run")])
     assert r.exit_code == 0, r.output
     with np.load(tmp_path / "run" / "last.npz") as f:

@@ -347,7 +347,7 @@ def test_train_then_sample_a_byte_lm(tmp_path):
     spec.write_text(LM.replace("PATH", str(corpus)))
     import io
     from rich.console import Console
-    s = train(infer(load_spec(spec)), TrainOptions(out=tmp_path / "run", steps=30), Console(file=io.StringIO()))
+    s = train(infer(load_spec(spec)), TrainOptions(out=tmp_path / "run", max_steps=30), Console(file=io.StringIO()))
     assert s.eval.nll is not None and s.eval.n == len(load_dataset("text", corpus, (8,), 256).x_val) * 8
     net1 = infer(load_spec(spec), 1)
     ckpt = tmp_path / "run" / "last.npz"
@@ -373,7 +373,7 @@ def test_train_then_sample_a_char_lm(tmp_path):
     spec = tmp_path / "lm.yaml"
     spec.write_text(LM.replace("vocab_size: 256", "vocab_size: 40").replace("path: PATH", f"path: {corpus}, vocab: char"))
     run = tmp_path / "run"
-    s = train(infer(load_spec(spec)), TrainOptions(out=run, steps=30), Console(file=io.StringIO()))
+    s = train(infer(load_spec(spec)), TrainOptions(out=run, max_steps=30), Console(file=io.StringIO()))
     chars = "".join(sorted(set(text)))
     assert s.eval.n == len(load_dataset("text", corpus, (8,), 40, vocab="char").x_val) * 8   # characters counted
     assert json.loads((run / "vocab.json").read_text(encoding="utf-8"))["chars"] == list(chars)
@@ -381,6 +381,11 @@ def test_train_then_sample_a_char_lm(tmp_path):
     net1 = infer(load_spec(spec), 1)
     out = sample(net1, run / "last.npz", "ça ", 20, 1.0, 0, 3)
     assert out.startswith("ça ") and len(out) == 23 and set(out) <= set(chars)   # one character per token
+    from cli_run import run as cli
+    r = cli("sample", spec, "--init", run / "last.npz", "--prompt", "ça ", "--tokens", 20, "--temperature", 1.0,
+            "--seed", 3, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"prompt": "ça ", "text": out, "tokens": 20, "temperature": 1.0, "top_k": 0, "seed": 3}
     with pytest.raises(LmcError, match="--prompt: text has 1 character.*'Z'"):
         sample(net1, run / "last.npz", "Zebra", 2, 0.0, 0, 0)
     bare = tmp_path / "bare.npz"
@@ -390,7 +395,7 @@ def test_train_then_sample_a_char_lm(tmp_path):
         sample(net1, bare, "the", 2, 0.0, 0, 0)
     corpus.write_text(text + "XYZ", encoding="utf-8")          # a changed corpus: other ids
     with pytest.raises(TrainError, match="character vocabulary differs"):
-        train(infer(load_spec(spec)), TrainOptions(out=run, steps=40, resume=True), Console(file=io.StringIO()))
+        train(infer(load_spec(spec)), TrainOptions(out=run, max_steps=40, resume=True), Console(file=io.StringIO()))
     from lmc.evaluate.checkpoint import evaluate_checkpoint
     with pytest.raises(EvalError, match="trained on another character vocabulary"):
         evaluate_checkpoint(infer(load_spec(spec)), run / "last.npz", None, None, None, lambda *a: None)

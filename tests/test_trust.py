@@ -182,7 +182,7 @@ def test_attack_eps0_is_clean_and_accuracy_never_rises(trained, tmp_path):
     (["--eps", "-0.1"], "radii must be finite and ≥ 0, got -0.1"),
     (["--eps", "a,b"], "expected comma-separated numbers"),
     (["--eps", "0.1", "--norm", "l3"], "--norm 'l3': expected linf or l2"),
-    (["--eps", "0.1", "--steps", "0"], "--steps must be at least 1"),
+    (["--eps", "0.1", "--pgd-steps", "0"], "--pgd-steps must be at least 1"),
     (["--eps", "0.1", "--step-size", "-1"], "--step-size must be > 0"),
 ])
 def test_attack_refuses_nonsense(tmp_path, args, msg):
@@ -301,7 +301,7 @@ def test_gaussian_noise_sigma_trains_on_noisy_batches(tmp_path):
     noisy = losses(tmp_path / "b", *sig)
     assert noisy == losses(tmp_path / "c", *sig)
     assert len(noisy) == len(plain) and noisy[0] != plain[0] and np.mean(noisy[-10:]) > np.mean(plain[-10:])
-    r = run("train", MLP, "--out", tmp_path / "d", "--epochs", 2, "--steps", 30, *sig)
+    r = run("train", MLP, "--out", tmp_path / "d", "--epochs", 2, "--max-steps", 30, *sig)
     assert r.exit_code == 0, r.output
     r = run("train", MLP, "--out", tmp_path / "d", "--epochs", 2, "--resume", *sig)
     assert r.exit_code == 0, r.output
@@ -471,7 +471,7 @@ def test_spectral_cap_training_caps_every_dense_and_resumes_exactly(tmp_path):
         a = {k: f[k] for k in f.files if k != "__lmc__"}
     assert max(norms) <= 2.0 * (1 + 1e-3) and max(norms) > 1.99      # the cap binds, and holds
     # interrupted at step 31 (not a multiple of spectral_every) and resumed: the same weights
-    r = run("train", MLP, "--epochs", 2, "--steps", 31, "--out", tmp_path / "b", *sets)
+    r = run("train", MLP, "--epochs", 2, "--max-steps", 31, "--out", tmp_path / "b", *sets)
     assert r.exit_code == 0, r.output
     r = run("train", MLP, "--epochs", 2, "--resume", "--out", tmp_path / "b", *sets)
     assert r.exit_code == 0, r.output
@@ -631,7 +631,7 @@ def test_fp8_step_folds_the_update_into_the_f32_master(tmp_path):
     from lmc.train.fp8 import project, project_params, weight_axes
     out = tmp_path / "run"
     sets = ["--set", "train.fp8=e4m3"]
-    r = run("train", MLP, "--steps", 1, "--out", out, *sets)
+    r = run("train", MLP, "--max-steps", 1, "--out", out, *sets)
     assert r.exit_code == 0, r.output
     net = infer(load_spec(MLP))
     cfg, a = net.spec.train, abi(net)
@@ -653,7 +653,7 @@ def test_fp8_step_folds_the_update_into_the_f32_master(tmp_path):
         assert json.loads(str(f["__lmc__"]))["fp8"] == "e4m3"
     r = run("train", MLP, "--resume", "--out", out)
     assert r.exit_code == 2 and "trained with fp8 e4m3, this recipe has fp8 off" in r.stderr
-    r = run("train", MLP, "--steps", 1, "--out", tmp_path / "f32")
+    r = run("train", MLP, "--max-steps", 1, "--out", tmp_path / "f32")
     r = run("train", MLP, "--resume", "--out", tmp_path / "f32", *sets)
     assert r.exit_code == 2 and "trained with fp8 off, this recipe has fp8 e4m3" in r.stderr
 

@@ -52,7 +52,7 @@ def summary(cls) -> str:
     para = _drop_pointers(para)
     cut = [m.start() for m in re.finditer(r"(?<!e\.g)(?<!i\.e)(?<! al)[.;](?:\s|$)| — |:\s", para) if m.start() >= 15]
     s = para[:cut[0]] if cut else para
-    s = s.replace("the seed's", "the Lean kit's").replace("the seed", "the Lean kit").strip().rstrip(":,")
+    s = s.strip().rstrip(":,")
     while s.count("(") > s.count(")"):          # a clause cut inside a parenthesis: drop it
         s = s[:s.rfind("(")].rstrip(" ,")
     first = s.split(" ")[0]

@@ -5,6 +5,7 @@ problem is collected, located by `loc_of(field)`."""
 from __future__ import annotations
 
 from lmc.core.errors import MultiError, SpecError
+from lmc.core.fields import did_you_mean
 from lmc.data.kinds import dataset_class
 from lmc.losses import BOXES, CLASS, FLOAT, MULTI_HOT, dataset_need, loss_for
 from lmc.optim import fields_read, optimizer_fields, optimizer_names, selection
@@ -129,7 +130,7 @@ def _schedule(r: "_Rules") -> None:
     cfg, err = r.cfg, r.err
     if cfg.warmup_epochs > 0 and not (cfg.cosine_decay or cfg.exp_lr_decay_rate > 0):
         err("warmup_epochs needs a schedule (cosine_decay or exp_lr_decay_rate): the constant schedule has "
-            "no warm-up (the seed's IREE path ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
+            "no warm-up (the Lean kit's IREE path silently ignores it there)", "warmup_epochs", hint="set cosine_decay: true")
 
 
 def _exclusions(r: "_Rules") -> None:
@@ -211,7 +212,7 @@ def _selection(r: "_Rules") -> None:
         have = SELECT_METRICS.get(fmt, ())
         if have and sel.metric not in have:
             err(f"{name}.metric {sel.metric!r}: the evals of this spec ({fmt} labels) report "
-                f"{', '.join(have)}", name)
+                f"{', '.join(have)}{did_you_mean(sel.metric, have)}", name)
 
 
 RULES = (_dataset, _focal, _switches, _fpn_affine, _yolo_fields, _optimizer_fields, _schedule, _exclusions,

@@ -72,7 +72,8 @@ def _escaped(params):
 
 
 class _Command(_PlainHelp, typer.core.TyperCommand):
-    """A command: its options' help escaped, its examples (lmc/cli/examples.py) closing its help."""
+    """A command: its options' help escaped, its examples (lmc/cli/examples.py) closing its help,
+    and a renamed flag refused naming its new name."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -83,13 +84,25 @@ class _Command(_PlainHelp, typer.core.TyperCommand):
         if ex and not self.epilog:
             self.epilog = escape(ex)
 
+    def parse_args(self, ctx, args):
+        if self.name in RENAMED_STEPS:
+            for i, a in enumerate(args):
+                if a == "--":
+                    break
+                if a == "--steps" or a.startswith("--steps="):
+                    value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "N")
+                    with user_errors():
+                        refuse_old_steps(self.name, value)
+        return super().parse_args(ctx, args)
+
 
 class _Group(_PlainHelp, typer.core.TyperGroup):
     pass
 
 
 app = typer.Typer(cls=_Group, rich_markup_mode="rich", no_args_is_help=True, add_completion=False,
-                  help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.")
+                  help="lmc: YAML nets → StableHLO train steps → IREE.  `lmc COMMAND --help` explains each command.",
+                  epilog=escape(epilog(None)))
 console = Console()
 # stderr: paths and messages on one line, and never read as rich markup (a path may hold "[/x]")
 err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
@@ -97,6 +110,19 @@ err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 SpecArg = Annotated[Path, typer.Argument(help="Network spec (YAML), or a run directory (its spec.yaml, as trained).", show_default=False)]
 ChipOpt = Annotated[Optional[str], typer.Option(help="Target chip (default: $IREE_CHIP, else sm_86 for cuda, gfx1100 for rocm, host for llvm-cpu).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field, e.g. --set train.epochs=3 (repeatable).")]
+# `--steps` once meant three counts: train's global step to stop at, bench's timed steps, attack's
+# PGD steps.  Each has its own name now; the old spelling is refused naming the new one (in
+# _Command.parse_args: not a hidden option, which click would offer as a "possible option").
+RENAMED_STEPS = {"train": ("--max-steps", "stop when the global step reaches N"),
+                 "bench": ("--timed-steps", "timed train steps after the warm-up"),
+                 "attack": ("--pgd-steps", "PGD steps per restart")}
+
+
+def refuse_old_steps(command: str, value: str) -> None:
+    """The old `--steps VALUE` given to `command`: one error naming the flag that replaced it."""
+    new, meaning = RENAMED_STEPS[command]
+    raise LmcError(f"--steps is now {new} on lmc {command} ({meaning}); --steps meant a different "
+                   f"count on each of lmc train, bench and attack", hint=f"write {new} {value}")
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from lmc.cli.app import ChipOpt, SetOpt, SpecArg, _Command, _load, app, console, err, user_errors
 from lmc.core.errors import LmcError
+from lmc.core.fields import did_you_mean
 from lmc.compile import compile_module, resolve_backend
 from lmc.evaluate.checkpoint import evaluate_checkpoint
 from lmc.evaluate.metrics import save_predictions
@@ -137,10 +138,14 @@ def render(spec: SpecArg,
            batch: Annotated[Optional[int], typer.Option(help="Batch size to render for (default: the recipe's).")] = None,
            backend: Annotated[Optional[str], typer.Option(help="Target backend: llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu). Every backend gets the same module today (convolutions as matmuls; LMC_CONV_FORM=direct spells them as stablehlo.convolution; `lmc info --json` shows the lowering options in force).")] = None,
            set: SetOpt = None) -> None:
-    """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward)."""
+    """Lower SPEC to a StableHLO module (`module @model` with @train_step and @forward).
+
+    No --json: the module text is the result (`lmc info --json` describes the net, its ABI and
+    the lowering options; `lmc compile --json` reports the compiled module)."""
     with user_errors():
         if function not in ("train_step", "forward", "all", "input_grad"):
-            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}")
+            raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}"
+                           + did_you_mean(function, ("train_step", "forward", "all", "input_grad")))
         text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend),
                      options=LowerOptions.from_env())
     if output:
@@ -156,6 +161,7 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
                 backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
                 chip: ChipOpt = None,
                 verbose: Annotated[bool, typer.Option("--verbose", help="Print the compiler command and keep the .mlir next to the cache entry.")] = False,
+                as_json: Annotated[bool, typer.Option("--json", help="Print the result (output path, size, backend, cached, seconds, compiler command) as JSON on stdout.")] = False,
                 set: SetOpt = None) -> None:
     """Compile SOURCE with iree-compile (cached by module text, flags and compiler version)."""
     with user_errors():
@@ -177,6 +183,10 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
         c = compile_module(text, out, backend, chip, verbose, options)
     if verbose:
         err.print(" ".join(c.command))
+    if as_json:
+        print(json.dumps({"source": str(source), "name": name, "backend": b, "output": str(out),
+                          "bytes": out.stat().st_size, "cached": c.cached, "seconds": c.seconds, "command": c.command}))
+        return
     err.print(f"{'cached' if c.cached else 'compiled'} in {c.seconds:.1f}s: {out} ({out.stat().st_size:,} bytes)")
 
 
@@ -187,7 +197,7 @@ def train(spec: SpecArg,
           data: Annotated[Optional[Path], typer.Option(help="Dataset directory or file (default: the spec's dataset path, else data/<kind>); a .npz file selects the npz loader.")] = None,
           out: Annotated[Optional[Path], typer.Option(help="Run directory for the checkpoint (last.npz) and metrics.jsonl (default: runs/<spec name>).")] = None,
           epochs: Annotated[Optional[int], typer.Option(help="Train this many epochs instead of the recipe's (same as --set train.epochs=N).")] = None,
-          steps: Annotated[Optional[int], typer.Option(help="Stop when the global step reaches N (the lr schedule still spans the recipe's epochs).")] = None,
+          max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Stop when the global step reaches N (with --resume too: N is the step to reach, not a count of more steps); the lr schedule still spans the recipe's epochs.")] = None,
           init: Annotated[Optional[Path], typer.Option(help="Start from these parameters: an lmc checkpoint, a run directory (its newest checkpoint; RUN:best its best), a .npz/.safetensors of named tensors, or a flat float32 .bin.")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint, with its optimizer state and data position.")] = False,
           shuffle: Annotated[bool, typer.Option("--shuffle/--no-shuffle", help="Shuffle the training examples every epoch (--no-shuffle keeps the file order).")] = True,
@@ -220,7 +230,7 @@ def train(spec: SpecArg,
                 raise LmcError(f"--dist-timeout must be positive, got {dist_timeout:g}")
             net = _load(spec, sets)
             out = out if out is not None or run_of_spec(spec) is None else run_of_spec(spec)   # `lmc train RUN --resume`
-            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, steps=steps, init=resolve_init(None, init),
+            opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, max_steps=max_steps, init=resolve_init(None, init),
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
                                 progress_every=progress_every,
                                 tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
@@ -336,23 +346,33 @@ def sample(spec: SpecArg,
            seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
            backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
            chip: ChipOpt = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print the prompt, the text (prompt and continuation) and the sampling settings as JSON on stdout.")] = False,
            set: SetOpt = None) -> None:
     """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
     with user_errors():
+        resolve_backend(backend)          # a typo is answered before the checkpoint is read
         net = _load(spec, set, 1)
         text = run_sample(net, require_init(spec, init), prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
+    if as_json:
+        print(json.dumps({"prompt": prompt, "text": text, "tokens": tokens, "temperature": temperature,
+                          "top_k": top_k, "seed": seed}))
+        return
     sys.stdout.write(text + "\n")
 
 
 @app.command(cls=_Command)
 def plot(run_dir: Annotated[list[Path], typer.Argument(help="Run directories written by `lmc train` (each holds metrics.jsonl); several are overlaid, one colour each.", show_default=False)],
          plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Where to write the PNG (default: RUN_DIR/curves.png for one run, runs-compared.png for several; an existing default file is kept and the next free name used).")] = None,
-         output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None) -> None:
+         output: Annotated[Optional[Path], typer.Option("-o", "--output", hidden=True, help="The older name of --plot.")] = None,
+         as_json: Annotated[bool, typer.Option("--json", help="Print the PNG's path and the runs drawn as JSON on stdout.")] = False) -> None:
     """Plot runs' loss, accuracy and learning-rate curves from RUN_DIR/metrics.jsonl into a PNG."""
     with user_errors():
         if plot_path is not None and output is not None:
             raise LmcError("-o/--output is the older name of --plot: give one of them")
         path, said = plot_run(run_dir, plot_path if plot_path is not None else output)
+    if as_json:
+        print(json.dumps({"plot": str(path), "runs": [str(d) for d in run_dir]}))
+        return
     err.print(said, markup=False, highlight=False)
 
 
@@ -379,8 +399,11 @@ def layers(as_json: Annotated[bool, typer.Option("--json", help="Print the kinds
 
 @app.command(cls=_Command)
 def schema() -> None:
-    """Print the JSON Schema of spec files (generated from the layer, loss, optimizer and dataset
-    registries) for editors: save it and point a YAML language server at it."""
+    """Print the JSON Schema of spec files for editors: save it and point a YAML language server at it.
+
+    The schema is generated from the layer, loss, optimizer and dataset registries.
+
+    No --json: the schema is JSON already."""
     sys.stdout.write(schema_text())
 
 
@@ -389,7 +412,7 @@ def bench_cmd(spec: SpecArg,
               backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
               chip: ChipOpt = None,
               batch: Annotated[Optional[int], typer.Option(help="Batch size to measure (default: the recipe's).")] = None,
-              steps: Annotated[int, typer.Option(help="Timed train steps after 3 warm-up steps.")] = 20,
+              timed_steps: Annotated[int, typer.Option("--timed-steps", help="Timed train steps after 3 warm-up steps.")] = 20,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
               peak: Annotated[bool, typer.Option("--peak/--no-peak", help="On llvm-cpu, also measure the machine's float32 matmul peak (NumPy sgemm 4096³, all cores; a few seconds) and report the step's GFLOP/s as its fraction.")] = True,
@@ -402,12 +425,12 @@ def bench_cmd(spec: SpecArg,
         net = _load(spec, set, batch)
         if net.spec.train is None:
             raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
-        if steps < 1:
-            raise LmcError(f"--steps must be at least 1, got {steps}")
+        if timed_steps < 1:
+            raise LmcError(f"--timed-steps must be at least 1, got {timed_steps}")
         options = LowerOptions.from_env()
         err.print(f"lowering options: {options.describe()}")
         try:
-            r = bench(net, backend, chip, steps=steps, cold=cold, options=options, peak=peak)
+            r = bench(net, backend, chip, steps=timed_steps, cold=cold, options=options, peak=peak)
         except DeviceMissing as e:   # report what was measured (the compile), then the error
             p = e.partial
             if as_json:

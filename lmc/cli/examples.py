@@ -28,7 +28,7 @@ EXAMPLES: dict[str, list[str]] = {
     "layers": ["lmc layers", "lmc layers --json"],
     "schema": ["lmc schema > lmc-spec.schema.json"],
     "bench": ["lmc bench specs/digits_cnn.yaml",
-              "lmc bench specs/resnet18.yaml --batch 32 --steps 20 --json"],
+              "lmc bench specs/resnet18.yaml --batch 32 --timed-steps 20 --json"],
     "compare": ["lmc compare a.npy b.npy", "lmc compare a.npy b.npy --json"],
     "attack": ["lmc attack specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --eps 0.05,0.1 --limit 200"],
     "certify": ["lmc certify specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --sigma 0.25 --limit 100"],
@@ -36,9 +36,16 @@ EXAMPLES: dict[str, list[str]] = {
 }
 
 
-def epilog(name: str) -> str | None:
-    """The examples of command `name` as its help's closing paragraph(s), or None."""
-    ex = EXAMPLES.get(name)
+# `lmc --help`: the first hour, in order (the README's "First hour" section runs the same commands)
+TOP_EXAMPLES = ["lmc train specs/digits_cnn.yaml --out runs/digits_cnn",
+                "lmc plot runs/digits_cnn",
+                "lmc eval runs/digits_cnn",
+                "lmc predict runs/digits_cnn digit.png"]
+
+
+def epilog(name: str | None) -> str | None:
+    """The examples of command `name` (None: of `lmc` itself) as its help's closing paragraph(s), or None."""
+    ex = TOP_EXAMPLES if name is None else EXAMPLES.get(name)
     if not ex:
         return None
     return "Examples:\n\n" + "\n\n".join("  " + e for e in ex)

@@ -87,8 +87,8 @@ def attack(spec: SpecArg,
            eps: Annotated[str, typer.Option(help="Comma-separated radii ε of the attack ball, e.g. 0,0.05,0.1,0.2 (in the data's units).")],
            init: InitOpt = None,
            norm: Annotated[str, typer.Option(help="The ball: linf (each input within ε) or l2 (Euclidean norm ≤ ε).")] = "linf",
-           steps: Annotated[int, typer.Option(help="PGD steps per restart.")] = 10,
-           step_size: Annotated[Optional[float], typer.Option(help="Step length α (default: 2.5·ε/steps).")] = None,
+           pgd_steps: Annotated[int, typer.Option("--pgd-steps", help="PGD steps per restart.")] = 10,
+           step_size: Annotated[Optional[float], typer.Option(help="Step length α (default: 2.5·ε/N for --pgd-steps N).")] = None,
            restarts: Annotated[int, typer.Option(help="Random restarts; an example is robust only if it survives all of them.")] = 1,
            limit: LimitOpt = None,
            seed: SeedOpt = 0,
@@ -106,22 +106,22 @@ def attack(spec: SpecArg,
     PGD gives an upper bound on robust accuracy, never a certificate."""
     with user_errors():
         radii = _floats(eps, "--eps")
-        check_attack_args(radii, norm, steps, step_size, restarts)
+        check_attack_args(radii, norm, pgd_steps, step_size, restarts)
         net = _load(spec, set, batch)
         init = require_init(spec, init)
         m = load_model(net, init, data, backend, chip, _log, "input_grad", region, limit, LowerOptions.from_env())
-        clean, results = pgd(m, radii, norm, steps, step_size, restarts, seed, log=_log)
+        clean, results = pgd(m, radii, norm, pgd_steps, step_size, restarts, seed, log=_log)
         path, said = png_target(plot, Path(init).with_name(f"attack-{norm}.png"))
-        plot_attack(clean, results, path, f"{net.spec.name}: PGD-{steps} {norm}, {restarts} restart(s)")
+        plot_attack(clean, results, path, f"{net.spec.name}: PGD-{pgd_steps} {norm}, {restarts} restart(s)")
         _log(said)
     n = len(clean)
     cd = {"n": n, "correct": int(clean.sum()), "top1": float(clean.mean()),
           "top1_ci": list(wilson95(int(clean.sum()), n))}
     if as_json:
-        print(json.dumps({"clean": cd, "steps": steps, "restarts": restarts, "seed": seed,
+        print(json.dumps({"clean": cd, "pgd_steps": pgd_steps, "restarts": restarts, "seed": seed,
                           "bounds": list(m.bounds), "results": [r.as_dict() for r in results]}))
         return
-    t = Table(title=f"PGD-{steps} ({norm}, {restarts} restart(s)) on {n:,} validation examples; data range "
+    t = Table(title=f"PGD-{pgd_steps} ({norm}, {restarts} restart(s)) on {n:,} validation examples; data range "
                     f"[{m.bounds[0]:g}, {m.bounds[1]:g}]")
     for c in ("ε", "top-1", "95% CI (Wilson)", "correct"):
         t.add_column(c)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmc.core.errors import EvalError, LmcError
+from lmc.core.fields import did_you_mean
 from lmc.evaluate.score import EvalResult, evaluate, evaluate_swag
 from lmc.evaluate.metrics import eval_format
 from lmc.data.fit import load_data
@@ -78,7 +79,7 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
 
 def _check_args(net, region: str, recalibrate: int, batch_stats: bool = False) -> None:
     if region not in EVAL_REGIONS:
-        raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}")
+        raise EvalError(f"--region {region!r}: expected one of {', '.join(EVAL_REGIONS)}{did_you_mean(region, EVAL_REGIONS)}")
     if batch_stats and not net.state:
         raise EvalError("--batch-stats: the net has no batch norm, so there are no batch statistics to evaluate with")
     if recalibrate and batch_stats:

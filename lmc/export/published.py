@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.core.errors import ExportError
+from lmc.core.fields import did_you_mean
 from lmc.prims.norm import EPS
 from lmc.run.checkpoint import safetensors_module, save_checkpoint
 
@@ -89,7 +90,7 @@ BN_EPS = TORCHVISION.bn_eps
 
 def library(source: str) -> Library:
     if source not in LIBRARIES:
-        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+        raise ExportError(f"--from {source!r}: expected one of {', '.join(SOURCES)}{did_you_mean(source, SOURCES)}")
     return LIBRARIES[source]
 
 

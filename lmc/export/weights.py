@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.core.errors import ExportError
+from lmc.core.fields import did_you_mean
 from lmc.run.checkpoint import load_init, load_region, read_tensors
 
 REGIONS = ("auto", "live", "ema", "swa")
@@ -24,7 +25,7 @@ def load_weights(net, init: Path, region: str = "auto") -> Weights:
     """The parameters of `region` (auto: what the run's own eval scored, else the live weights)
     and the BN statistics of the checkpoint `init`; a net with BN needs the file to hold them."""
     if region not in REGIONS:
-        raise ExportError(f"--region {region!r}: expected one of {', '.join(REGIONS)}",
+        raise ExportError(f"--region {region!r}: expected one of {', '.join(REGIONS)}{did_you_mean(region, REGIONS)}",
                           hint="a SWAG run's --region swa exports the SWA mean")
     init = Path(init)
     got = load_init(init, net)

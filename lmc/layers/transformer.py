@@ -18,7 +18,7 @@ from lmc.layers._shape import divides, image, tokens
 class LayerNorm(Layer):
     """LayerNorm over the last axis: y = γ·(x − μ)/√(σ² + 1e-5) + β, μ and σ² per row.
     Params: gamma [dim] (ones), beta [dim] (zeros).
-    Assumptions: input [B, dim] or [B, N, dim]; the seed's snapshot has no codegen for this
+    Assumptions: input [B, dim] or [B, N, dim]; the Lean kit has no codegen for this
     kind, so it follows the token LayerNorm of the transformer blocks."""
     inferred: ClassVar = {"dim": -1}      # filled from the input when left out or `auto`
     dim: int

@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import numpy as np
 
 from lmc.core.errors import DataError, NotImplementedKind, SpecError
-from lmc.core.fields import coerce, show
+from lmc.core.fields import coerce, did_you_mean, show
 from lmc.core.registry import discover, registrar
 from lmc.core.render import TEMPLATES
 from lmc.core.types import TensorType
@@ -145,7 +145,9 @@ class Loss:
         """`{name: value}` from the YAML mapping → the parameter values in declaration order."""
         extra = set(args) - {p.name for p in cls.params}
         if extra:
-            raise SpecError(f"{where}: loss '{cls.name}' has no parameter {show(sorted(map(str, extra))[0])}")
+            bad, names = sorted(map(str, extra))[0], [p.name for p in cls.params]
+            raise SpecError(f"{where}: loss '{cls.name}' has no parameter {show(bad)}{did_you_mean(bad, names)}"
+                            + (f" (parameters: {', '.join(names)})" if names else " (it takes none)"))
         values = []
         for p in cls.params:
             if p.name not in args:

@@ -1,7 +1,7 @@
 """bce: sigmoid binary cross-entropy per class on logits [B, NC] against f32 multi-hot targets
-[B, NC] (losses.md §8; timm's BinaryCrossEntropy): the mean over B×C (not the mean over B of a
+[B, NC] (timm's BinaryCrossEntropy): the mean over B×C (not the mean over B of a
 class sum):  loss = mean_{b,c} [softplus(z) − t·z]  (= t·softplus(−z) + (1−t)·softplus(z));
-seed (σ(z) − t)/(B·C).  Hard labels become one-hot targets smoothed t·(1−ε) + ε/NC on the host;
+output gradient (σ(z) − t)/(B·C).  Hard labels become one-hot targets smoothed t·(1−ε) + ε/NC on the host;
 soft targets are used as given.  (The Lean kit has it in JAX only; lmc lowers it.)"""
 from __future__ import annotations
 

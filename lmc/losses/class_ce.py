@@ -1,6 +1,6 @@
-"""class_ce: softmax cross-entropy on integer class labels, with label smoothing ε
-(losses.md §2): t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / B.
-With use_focal (§2.1; label_smoothing must be 0): q = max(1 − p_y, 1e-7),
+"""class_ce: softmax cross-entropy on integer class labels, with label smoothing ε:
+t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / B.
+With use_focal (label_smoothing must be 0): q = max(1 − p_y, 1e-7),
 loss = −(1/B) Σ q^γ·log p_y, γ = focal_gamma (a runtime hyperparameter), exact gradient."""
 from __future__ import annotations
 

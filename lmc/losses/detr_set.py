@@ -1,5 +1,5 @@
 """detr_set: DETR's set loss (Carion et al. 2020) for a net ending in detr_heads — beyond the
-seed, whose DETR head has no loss.
+Lean kit, whose DETR head has no loss.
 
 Net output z [B, Q, K + 4] (detr_heads): per query K = n_classes + 1 class logits (the last is
 "no object"), then the box cx, cy, w, h (image-relative, already through the head's sigmoid).

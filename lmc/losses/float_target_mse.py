@@ -1,6 +1,6 @@
 """float_target_mse: mean squared error against an f32 target of the net output's own shape
-(losses.md §5: DDPM noise prediction, autoencoders, denoising), N = the output's element count:
-loss = (1/N) Σ (o − y)²;  seed 2(o − y)/N.  No classes, so no `correct` count: it is 0 and the
+(DDPM noise prediction, autoencoders, denoising), N = the output's element count:
+loss = (1/N) Σ (o − y)²;  output gradient 2(o − y)/N.  No classes, so no `correct` count: it is 0 and the
 training loop reports the loss (evaluation reports MSE and PSNR)."""
 from __future__ import annotations
 

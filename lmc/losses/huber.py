@@ -1,7 +1,7 @@
 """huber: the Huber loss against an f32 target of the net output's own shape, float_target_mse's
 label ABI (and its oracle net), N = the output's element count, δ > 0:  per element r = o − y,
 ℓ(r) = ½r² where |r| ≤ δ, else δ(|r| − ½δ);  loss = (1/N) Σ ℓ(r), the mean as float_target_mse's;
-seed clip(r, −δ, δ)/N.  Quadratic near the target and linear beyond δ, so a large residual pulls
+output gradient clip(r, −δ, δ)/N.  Quadratic near the target and linear beyond δ, so a large residual pulls
 with a bounded gradient (robust regression).  Written `loss_kind: huber` (δ = 1) or
 `loss_kind: {huber: {delta: 0.5}}`; δ reaches the module as a runtime hyperparameter (hp entry
 `delta`): one compiled step serves every δ.  No classes, so no `correct` count (it is 0)."""

@@ -1,5 +1,5 @@
 """per_pixel_ce: softmax cross-entropy per pixel over the class axis of logits [B, NC, H, W]
-against int32 labels [B, H, W], label smoothing allowed (losses.md §4.1), N = B·H·W:
+against int32 labels [B, H, W], label smoothing allowed, N = B·H·W:
 t = (1−ε)·onehot(y) + ε/K;  loss = −Σ t·log_softmax(z) / N.  The LM's per-token CE is the same
 loss on logits [B, V, T, 1] and labels [B, T, 1]."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""per_pixel_dice: soft Dice over the whole batch, per class, averaged (losses.md §4.4), on logits
+"""per_pixel_dice: soft Dice over the whole batch, per class, averaged, on logits
 [B, NC, H, W] against int32 labels [B, H, W], with the raw one-hot and smooth s = 1:
 loss = 1 − (1/K) Σ_c (2·Σ p_c·y_c + s) / (Σ p_c + Σ y_c + s).  A class absent from the batch
 and not predicted scores 1."""

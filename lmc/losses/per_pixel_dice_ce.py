@@ -1,6 +1,6 @@
-"""per_pixel_dice_ce: per-pixel CE + batch soft Dice (losses.md §4.5) on logits [B, NC, H, W]
+"""per_pixel_dice_ce: per-pixel CE + batch soft Dice on logits [B, NC, H, W]
 against int32 labels [B, H, W]; label smoothing applies to the CE half only (Dice uses the raw
-one-hot).  loss = −Σ t·logp / N + 1 − (1/K) Σ_c D_c; the seed is the sum of the two seeds."""
+one-hot).  loss = −Σ t·logp / N + 1 − (1/K) Σ_c D_c; the output gradient is the sum of the two losses' gradients."""
 from __future__ import annotations
 
 from lmc.losses import register

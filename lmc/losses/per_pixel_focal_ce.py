@@ -1,5 +1,5 @@
-"""per_pixel_focal_ce: per-pixel focal CE on logits [B, NC, H, W] against int32 labels [B, H, W]
-(losses.md §4.3), N = B·H·W:  q = max(1 − p_t, 1e-12),  loss = −(1/N) Σ q^γ·log p_t, with the
+"""per_pixel_focal_ce: per-pixel focal CE on logits [B, NC, H, W] against int32 labels [B, H, W],
+N = B·H·W:  q = max(1 − p_t, 1e-12),  loss = −(1/N) Σ q^γ·log p_t, with the
 exact gradient (the focal factor is not detached); γ = 0 is per_pixel_ce.
 Written `loss_kind: {per_pixel_focal_ce: {gamma: 2.0}}` (γ >= 0, default 2).  γ reaches the
 module as a runtime hyperparameter (hp entry `gamma`): one compiled step serves every γ."""

@@ -1,5 +1,5 @@
-"""per_pixel_weighted_ce: per-pixel CE with a weight per true class, weighted mean (losses.md §4.2;
-PyTorch's CrossEntropyLoss(weight=w, reduction='mean')), on logits [B, NC, H, W] against int32
+"""per_pixel_weighted_ce: per-pixel CE with a weight per true class, weighted mean
+(PyTorch's CrossEntropyLoss(weight=w, reduction='mean')), on logits [B, NC, H, W] against int32
 labels [B, H, W]:  ω_k = w[y_k],  loss = Σ_k ω_k·CE_k / Σ_k ω_k — invariant to the scale of w;
 smoothing applies to the target t (the weight stays the true class's).
 Written `loss_kind: {per_pixel_weighted_ce: {weights: [1, 4, 4]}}`, one weight per class, each > 0."""

@@ -1,21 +1,21 @@
 """yolov1_masked: YOLOv1's masked loss over a grid head — single box per cell, the A-anchor
-path and the FPN multi-scale path (losses.md §6, §7).
+path and the FPN multi-scale path.
 
 Net output (lmc's layout: a fully-convolutional head, no reshape of a flat dense output)
 z [B, P, gH, gW], P = 10 + NC: channels [0, 2) box0 x, y (offsets in the cell), [2, 4) box0
 w, h (image-relative), 4 box0 confidence, [5, 9) box1 x, y, w, h (never optimized: zero
 gradient), 9 box1 confidence (always no-object), [10, P) class scores.
 Labels t [B, P + 1, gH, gW] f32: the target in the same layout, with the cell mask m (1 where a
-ground-truth centre falls) as the last channel (the seed's separate %m_yolo, packed here).
+ground-truth centre falls) as the last channel (the Lean kit's separate %m_yolo, packed here).
 λc = 5, λn = 0.5, ε = 1e-6;  L = (T1 + … + T6)/B,  each a sum over cells:
   T1 = λc Σ m·‖xy_p − xy_t‖²          T2 = λc Σ m·‖√max(wh_p, ε) − √max(wh_t, ε)‖²
   T3 = Σ m·(c0 − 1)²                  T4 = λn Σ (1 − m)·c0²          T5 = λn Σ c1²
   T6 = −Σ m·Σ_c t_c·log_softmax(cls)_c
-use_focal (§6.1, γ = focal_gamma): T3..T5 become sigmoid focal BCE on the confidence logits,
-the focal weight detached (the seed's seed, not the exact gradient of the reported loss).
-use_diou_box (§6.2): T1 + T2 become λc Σ m·(1 − DIoU) with the σ/exp parameterization, hand-
+use_focal (γ = focal_gamma): T3..T5 become sigmoid focal BCE on the confidence logits,
+the focal weight detached (the Lean kit's output gradient, not the exact gradient of the reported loss).
+use_diou_box: T1 + T2 become λc Σ m·(1 − DIoU) with the σ/exp parameterization, hand-
 derived backward; decoding then uses the same parameterization.
-anchors [[a_w, a_h], …] (§7): the A-anchor path, head and labels [B, A·(5 + NC), gH, gW] per
+anchors [[a_w, a_h], …]: the A-anchor path, head and labels [B, A·(5 + NC), gH, gW] per
 anchor [tx, ty, tw, th, obj, classes] (the mask is the target's obj channel): per slot the DIoU
 box term with its prior, detached focal objectness (α = 1 / λn, γ = focal_gamma) and the masked
 class CE, × yolo_cls_weights[c_true] when given, × (1 − p_t)^γc under yolo_cls_focal_gamma γc > 0

@@ -23,6 +23,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 
 from lmc.core.errors import UsageError
+from lmc.core.fields import did_you_mean
 
 # field → (environment variable, allowed values, default first)
 CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -39,7 +40,7 @@ def switch(name: str, allowed, default: str, environ=None) -> str:
     refused (a UsageError: exit 2 naming the variable), never read as the default."""
     v = (os.environ if environ is None else environ).get(name, default)
     if v not in allowed:
-        raise UsageError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default})")
+        raise UsageError(f"{name}={v!r}: expected one of {', '.join(allowed)} (default {default}){did_you_mean(v, allowed)}")
     return v
 
 
@@ -58,7 +59,7 @@ class LowerOptions:
             v, allowed = getattr(self, f.name), CHOICES[f.name][1]
             if v not in allowed:
                 raise UsageError(f"LowerOptions.{f.name}={v!r}: expected one of {', '.join(allowed)} "
-                               f"(default {f.default})")
+                               f"(default {f.default}){did_you_mean(v, allowed)}")
 
     @classmethod
     def from_env(cls, environ=None) -> "LowerOptions":

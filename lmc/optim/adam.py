@@ -1,4 +1,4 @@
-"""Adam / AdamW (optimizers.md §3.1): bias-corrected moments, decoupled weight decay on the old θ
+"""Adam / AdamW: bias-corrected moments, decoupled weight decay on the old θ
 (AdamW when weight_decay > 0); β1 0.9, β2 0.999, ε 1e-8 (runtime values, never baked in)."""
 from __future__ import annotations
 

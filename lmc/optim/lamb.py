@@ -1,9 +1,9 @@
-"""LAMB (You et al. 2019; optimizers.md §10, the JAX reference and timm's Lamb): Adam moments with
+"""LAMB (You et al. 2019; the Lean kit's JAX path and timm's Lamb): Adam moments with
 bias correction form the direction r = m̂/(√v̂ + ε) + λ·θ (decoupled weight decay λ folded into
 the direction, where the tensor takes decay), then a per-tensor trust ratio ‖θ‖/‖r‖ scales the
 step: θ' = θ − lr·trust·r.  trust is 1 where ‖θ‖ or ‖r‖ is 0 (a zero-initialised bias on the
 first step), and 1 for the tensors excluded from decay (wd_exclude_norm_bias's no-decay group,
-as timm and §10 do).  β1 0.9, β2 0.999, ε 1e-6 (runtime values, never baked in)."""
+as timm and the Lean kit do).  β1 0.9, β2 0.999, ε 1e-6 (runtime values, never baked in)."""
 from __future__ import annotations
 
 from lmc.optim import Optimizer, register

@@ -1,4 +1,4 @@
-"""Muon (Jordan 2024; optimizers.md §3.3): heavy-ball momentum buf' = μ·buf + g, orthogonalised
+"""Muon (Jordan 2024): heavy-ball momentum buf' = μ·buf + g, orthogonalised
 by 5 Newton–Schulz iterations, for the 2-D dense weights with both dims ≥ 16; every other tensor
 falls back to AdamW.
 
@@ -10,8 +10,8 @@ docs): at the default 0 Muon orthogonalises the raw gradient; the published Muon
 so set `momentum: 0.95`.  ε = 1e-7.  Both are runtime values.
 
 Conventions (say which, they are easy to get silently wrong):
-- rows/cols are the STORED dims, [fan_in, fan_out] for a dense weight, as the Lean IREE path
-  (§3.3) — the transpose of PyTorch's [out, in], so s = √max(1, fan_in/fan_out) here where the
+- rows/cols are the STORED dims, [fan_in, fan_out] for a dense weight, as the Lean kit's IREE path
+  — the transpose of PyTorch's [out, in], so s = √max(1, fan_in/fan_out) here where the
   published Muon scales by √max(1, fan_out/fan_in).
 - The template iterates on the smaller Gram side, as the published Muon does: for rows > cols
   it uses A = Xᵀ·X (cols×cols) and X ← a·X + b·X·A + c·X·A·A, which is the same polynomial

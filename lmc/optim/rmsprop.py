@@ -1,8 +1,8 @@
-"""RMSprop with momentum (the seed's OptimizerKind.rmsprop; the MobileNetV2 / EfficientNet
+"""RMSprop with momentum (the Lean kit's OptimizerKind.rmsprop; the MobileNetV2 / EfficientNet
 optimizer):  g' = g + wd·θ (coupled, as those papers);  v' = ρ·v + (1−ρ)·g'²;
 buf' = μ·buf + g'/(√v' + ε);  θ' = θ − lr·buf'.  ρ = rmsprop_decay, ε = rmsprop_eps (the
 recipes use 1.0 and 1e-3, not 1e-8), μ = momentum.  ε sits outside the square root, as the
-seed documents (the Lean kit's code puts it inside).  v starts at 1, as the kit and TF's
+Lean kit documents (its code puts it inside).  v starts at 1, as the Lean kit's and TF's
 RMSProp the recipes come from (torch's starts at 0, whose first step is ≈ lr/√(1−ρ) per
 element whatever the gradient's size)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shampoo (Gupta–Koren–Singer 2018; optimizers.md §3.4) for the square 2-D dense weights with
+"""Shampoo (Gupta–Koren–Singer 2018) for the square 2-D dense weights with
 n ≥ 16; every other tensor falls back to AdamW.  Slots L, R (n×n, start at 0):
 
     L' = β·L + (1−β)·G·Gᵀ;   R' = β·R + (1−β)·Gᵀ·G                        (EMA, β 0.95)
@@ -7,10 +7,10 @@ n ≥ 16; every other tensor falls back to AdamW.  Slots L, R (n×n, start at 0)
 
 Inverse square root by trace-scaled coupled Newton (Higham), matmuls only:
 Ms = M/tr(M); Y₀ = Ms, Z₀ = I; 15×: T = 1.5·I − 0.5·Z·Y; Y ← Y·T; Z ← T·Z; M^{-1/2} = Z/√tr(M).
-Inverse 4th root as §3.4 documents it: A = M^{-1/2}, B = A^{-1/2} (= M^{1/4}), M^{-1/4} = A·B —
+Inverse 4th root as the Lean kit documents it: A = M^{-1/2}, B = A^{-1/2} (= M^{1/4}), M^{-1/4} = A·B —
 four Newton runs per step (two per factor).
 
-Zero gradient (decided here; §3.4 leaves it open): where tr(M) = 0 — only when M = 0, i.e. the
+Zero gradient (decided here; the Lean kit leaves it open): where tr(M) = 0 — only when M = 0, i.e. the
 gradient and all earlier ones are 0 — the regulariser uses tr = 1, so M_reg = (ε/n)·I has finite
 roots and the step is exactly 0 (G = 0) instead of 0/0.  β and ε are runtime values; the iteration
 count and the Newton constants 1.5/0.5 are the algorithm's."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmc.core.errors import Loc, MultiError, SpecError
-from lmc.core.fields import Choice, coerce, show, snake
+from lmc.core.fields import Choice, coerce, did_you_mean, show, snake
 from lmc.data.kinds import all_datasets, label_format
 from lmc.losses import BOXES, CLASS, FLOAT, MASK, MULTI_HOT, all_losses, default_loss, loss_class, suggest_loss
 from lmc.optim import declared_fields, optimizer_aliases, optimizer_names
@@ -100,12 +100,12 @@ def _selection_args(cls, value, where, ints=(), floats=()) -> dict:
     for k, v in value.items():
         name = snake(str(k))
         if name not in known:
-            raise SpecError(f"{where}: unknown field {show(k)}; expected {', '.join(known)}")
+            raise SpecError(f"{where}: unknown field {show(k)}; expected {', '.join(known)}{did_you_mean(k, known)}")
         if name == "metric":
             out[name] = coerce(v, str, f"{where}.metric")
         elif name == "mode":
             if v not in ("max", "min", "auto"):
-                raise SpecError(f"{where}.mode: expected max, min or auto, got {show(v)}")
+                raise SpecError(f"{where}.mode: expected max, min or auto, got {show(v)}{did_you_mean(v, ('max', 'min', 'auto'))}")
             out[name] = v
         elif name in ints:
             out[name] = coerce(v, int, f"{where}.{name}")

@@ -109,7 +109,7 @@ WHERE: dict[str, str] = {
                  "refused without evals or with a metric the evals do not report",
     "early_stop": "callbacks.EarlyStop: the run stops after `patience` evals without improvement; "
                   "refused without evals or with a metric the evals do not report",
-    "val_every_epochs": "cadence on dataset imagenet (the seed's ImageNet-streaming main): the eval records; "
+    "val_every_epochs": "cadence on dataset imagenet (the Lean kit's ImageNet-streaming main): the eval records; "
                         "refused on other datasets and beside eval_every_n_epochs",
     "use_tta": "eval: logits averaged over augmented views (data.TTA); refused without augmentation",
     "tta_samples": "eval: the number of TTA views (under use_tta)",

@@ -13,7 +13,7 @@ import yaml
 
 from lmc.spec.config import DatasetKind, parse_train
 from lmc.core.errors import Loc, MultiError, SpecError
-from lmc.core.fields import Activation, PadStyle, coerce, hints, show, snake, type_name
+from lmc.core.fields import Activation, PadStyle, coerce, did_you_mean, hints, show, snake, type_name
 from lmc.data.kinds import label_format
 from lmc.data.text import VOCABS      # a text dataset's vocabulary: the byte values or the corpus's characters
 from lmc.layers import AUTO, all_layers
@@ -292,7 +292,8 @@ def _dataset(data: dict, c: _Collector) -> tuple:
                 c.errors.append(SpecError("dataset.vocab: only a text dataset has a vocabulary "
                                           f"(this one is {show(ds.get('kind'))})", c.loc("dataset", "vocab")))
             elif dvocab not in VOCABS:
-                c.errors.append(SpecError(f"dataset.vocab: expected one of {', '.join(VOCABS)}, got {show(dvocab)}",
+                c.errors.append(SpecError(f"dataset.vocab: expected one of {', '.join(VOCABS)}, got {show(dvocab)}"
+                                          f"{did_you_mean(dvocab, VOCABS)}",
                                           c.loc("dataset", "vocab")))
                 dvocab = "byte"
         if "kind" in ds:

@@ -195,10 +195,10 @@ class SigintHandler(Callback):
 
 
 class StepsStop(Callback):
-    """The run stops when the global step reaches plan.stop_at (--steps, else the last step)."""
+    """The run stops when the global step reaches plan.stop_at (--max-steps, else the last step)."""
 
     def __init__(self):
-        self.cut = False           # --steps stopped the loop inside an epoch
+        self.cut = False           # --max-steps stopped the loop inside an epoch
 
     def on_train_begin(self, run):
         step, stop_at = run.state.pos.step, run.plan.stop_at
@@ -215,7 +215,7 @@ class StepsStop(Callback):
         if self.cut:
             pos, plan = run.state.pos, run.plan
             plan.log(f"stopped at step {pos.step} (epoch {pos.epoch + 1}, batch {pos.batch}/{plan.bpe}), "
-                     f"--steps {plan.opts.steps}")
+                     f"--max-steps {plan.opts.max_steps}")
 
 
 def project(state, cap: float, calls: int = 1):

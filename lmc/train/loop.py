@@ -58,7 +58,7 @@ def fit(run: Run, step_fn) -> None:
     cbs.on_train_begin(run)
     while not run.stop_training and pos.epoch < run.plan.cfg.epochs:
         end = _epoch(run, step_fn)
-        if end is None:            # stopped inside the epoch (--steps)
+        if end is None:            # stopped inside the epoch (--max-steps)
             break
         cbs.on_epoch_end(run, end)
         cbs.after_epoch(run, end)

@@ -22,7 +22,7 @@ class TrainOptions:
     chip: str | None = None
     data: Path | None = None
     out: Path | None = None
-    steps: int | None = None          # stop when the global step reaches this
+    max_steps: int | None = None      # --max-steps: stop when the global step reaches this
     init: Path | None = None
     resume: bool = False
     shuffle: bool = True

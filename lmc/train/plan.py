@@ -119,8 +119,8 @@ def _check_options(opts: TrainOptions, out: Path):
                          "--init starts a new one from given parameters")
     if opts.progress_every < 0:
         raise TrainError(f"--progress-every must be >= 0 seconds (0: no progress lines), got {opts.progress_every:g}")
-    if opts.steps is not None and opts.steps < 1:
-        raise TrainError(f"--steps must be at least 1, got {opts.steps}")
+    if opts.max_steps is not None and opts.max_steps < 1:
+        raise TrainError(f"--max-steps must be at least 1, got {opts.max_steps}")
     if not opts.resume and not opts.overwrite and (out / CHECKPOINT).exists():
         raise TrainError(f"{out} already holds a run",
                          hint="continue it with --resume, replace it with --overwrite, or choose another --out")
@@ -152,7 +152,7 @@ class TrainPlan(TrainJob):
     batcher: Batcher
     bpe: int                   # optimizer-complete steps per epoch
     total: int
-    stop_at: int               # min(total, --steps)
+    stop_at: int               # min(total, --max-steps)
     module: Module
     provenance: dict = None    # the sets, backend, chip, versions: in run.json and every checkpoint
 
@@ -287,7 +287,7 @@ def _step_counts(job: TrainJob, batcher: Batcher, ds) -> tuple[int, int, int]:
                          f"optimizer step, but the training split has {len(ds.x_train):,}",
                          hint="lower train.grad_accum_steps or train.batch_size")
     total = job.cfg.epochs * bpe
-    stop_at = min(total, job.opts.steps) if job.opts.steps else total
+    stop_at = min(total, job.opts.max_steps) if job.opts.max_steps else total
     return bpe, total, stop_at
 
 

@@ -6,7 +6,7 @@ With bpE steps per epoch, ws = warmup_epochs·bpE warmup steps and S = epochs·b
   cosine (cosine_decay):
       base·s/ws while s ≤ ws, then base·½·(1 + cos(π·min((s − ws)/(S − ws), 1)))
   constant: base.  warmup_epochs is ignored here, as on the reference's IREE path (§7.1).
-S comes from the recipe's epochs, so `--steps` (stopping early) never changes the lr of a step."""
+S comes from the recipe's epochs, so `--max-steps` (stopping early) never changes the lr of a step."""
 from __future__ import annotations
 
 import math

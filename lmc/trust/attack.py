@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lmc.core.errors import TrustError
+from lmc.core.fields import did_you_mean
 from lmc.evaluate.interval import wilson95
 from lmc.trust.model import Model, batches, pad
 from lmc.evaluate.plot import save_percent_plot
@@ -46,14 +47,14 @@ class AttackResult:
 
 def check_args(eps: list[float], norm: str, steps: int, step_size: float | None, restarts: int) -> None:
     if norm not in NORMS:
-        raise TrustError(f"--norm {norm!r}: expected linf or l2")
+        raise TrustError(f"--norm {norm!r}: expected linf or l2{did_you_mean(norm, ('linf', 'l2'))}")
     if not eps:
         raise TrustError("--eps: give at least one radius, e.g. --eps 0,0.05,0.1")
     bad = [e for e in eps if not np.isfinite(e) or e < 0]
     if bad:
         raise TrustError(f"--eps: radii must be finite and ≥ 0, got {bad[0]:g}")
     if steps < 1:
-        raise TrustError(f"--steps must be at least 1, got {steps}")
+        raise TrustError(f"--pgd-steps must be at least 1, got {steps}")
     if restarts < 1:
         raise TrustError(f"--restarts must be at least 1, got {restarts}")
     if step_size is not None and (not np.isfinite(step_size) or step_size <= 0):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.core.errors import TrustError
+from lmc.core.fields import did_you_mean
 from lmc.compile import compile_module, resolve_backend
 from lmc.data.fit import load_data
 from lmc.evaluate.checkpoint import EVAL_REGIONS
@@ -66,7 +67,8 @@ def load_weights(net, init: Path, region: str = "auto"):
     another spec (load_init names the first tensor that differs) or lacks BN statistics."""
     init = Path(init)
     if region not in EVAL_REGIONS or region == "swag":
-        raise TrustError(f"--region {region!r}: expected one of auto, live, ema, swa")
+        raise TrustError(f"--region {region!r}: expected one of auto, live, ema, swa"
+                         + did_you_mean(region, ("auto", "live", "ema", "swa")))
     got = load_init(init, net)
     if net.state and got.state is None:
         raise TrustError(f"{init} has no BN running statistics, which the forward needs for this net",
