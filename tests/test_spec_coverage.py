@@ -18,7 +18,6 @@ PENDING = {
     "nerf_mlp": "needs an image-as-coordinates dataset kind",
     "evoformer_block": "needs a synthetic structure dataset kind",
     "structure_module": "needs a synthetic structure dataset kind",
-    "time_cond_add": "the DDPM digits spec",
 }
 
 

@@ -19,6 +19,7 @@ from lmc.core.fields import did_you_mean
 from lmc.compile import compile_module, resolve_backend
 from lmc.evaluate.checkpoint import evaluate_checkpoint
 from lmc.evaluate.metrics import save_predictions
+from lmc.evaluate.diffusion import schedule_of, write_samples
 from lmc.evaluate.plot import plot_run
 from lmc.spec.schema import schema_text
 from lmc.evaluate.sample import sample as run_sample
@@ -339,20 +340,48 @@ def eval_cmd(spec: SpecArg,
 @app.command(cls=_Command)
 def sample(spec: SpecArg,
            init: Annotated[Optional[Path], typer.Option(help="The trained parameters: an lmc checkpoint (RUN_DIR/last.npz), a run directory, or a .npz/.safetensors of named tensors (default: SPEC's checkpoint when SPEC is a run directory).")] = None,
-           prompt: Annotated[str, typer.Option(help="Text the sample continues (UTF-8; empty: a newline).")] = "",
-           tokens: Annotated[int, typer.Option(help="How many tokens (bytes, or characters for a `vocab: char` run) to sample after the prompt.")] = 200,
-           temperature: Annotated[float, typer.Option(help="Softmax temperature; 0 picks the most likely token every time.")] = 0.8,
-           top_k: Annotated[int, typer.Option(help="Sample among the k most likely tokens only (0: all of them).")] = 0,
-           seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text).")] = 0,
+           prompt: Annotated[Optional[str], typer.Option(help="A language model: text the sample continues (UTF-8; default: a newline).", show_default=False)] = None,
+           tokens: Annotated[Optional[int], typer.Option(help="A language model: how many tokens (bytes, or characters for a `vocab: char` run) to sample after the prompt [default: 200].", show_default=False)] = None,
+           temperature: Annotated[Optional[float], typer.Option(help="A language model: softmax temperature; 0 picks the most likely token every time [default: 0.8].", show_default=False)] = None,
+           top_k: Annotated[Optional[int], typer.Option(help="A language model: sample among the k most likely tokens only (0: all of them) [default: 0].", show_default=False)] = None,
+           n: Annotated[Optional[int], typer.Option("--n", help="A diffusion spec: how many images to draw [default: 64].", show_default=False)] = None,
+           steps: Annotated[Optional[int], typer.Option(help="A diffusion spec: how many of its timesteps the ancestral sampler runs (default: all of them; fewer are evenly spaced, the noise schedule respaced to them).", show_default=False)] = None,
+           plot: Annotated[Optional[Path], typer.Option("--plot", help="A diffusion spec: where to write the PNG grid of the images (default: samples.png beside the checkpoint; an existing default file is kept and the next free name used).", show_default=False)] = None,
+           npy: Annotated[Optional[Path], typer.Option("--npy", help="A diffusion spec: also write the images as a float32 array [n, C, H, W] in [0, 1], the dataset's pixel scale (.npy; e.g. for `lmc predict` with a classifier).", show_default=False)] = None,
+           seed: Annotated[int, typer.Option(help="Seed of the sampling draws (same seed, same text or images).")] = 0,
            backend: Annotated[Optional[str], typer.Option(help="llvm-cpu, cuda or rocm (default: $IREE_BACKEND, else llvm-cpu).")] = None,
            chip: ChipOpt = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Print the prompt, the text (prompt and continuation) and the sampling settings as JSON on stdout.")] = False,
+           as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout: a language model's prompt, text and sampling settings; a diffusion spec's image count, steps, seed and the files written.")] = False,
            set: SetOpt = None) -> None:
-    """Sample text from a language model (SPEC ends in lm_head) through its compiled @forward; a character-level run's vocabulary comes from its checkpoint."""
+    """Sample from a trained generative model through its compiled @forward: text from a language model (SPEC ends in lm_head; a character-level run's vocabulary comes from its checkpoint), or images from a diffusion spec's noise predictor (its dataset is a diffusion, e.g. digits_ddpm: ancestral DDPM sampling, written as a PNG grid)."""
+    text_opts = {"--prompt": prompt, "--tokens": tokens, "--temperature": temperature, "--top-k": top_k}
+    image_opts = {"--n": n, "--steps": steps, "--plot": plot, "--npy": npy}
     with user_errors():
         resolve_backend(backend)          # a typo is answered before the checkpoint is read
-        net = _load(spec, set, 1)
-        text = run_sample(net, require_init(spec, init), prompt, tokens, temperature, top_k, seed, backend, chip, LowerOptions.from_env())
+        net = _load(spec, set)
+        images = schedule_of(net) is not None
+        given = [k for k, v in (text_opts if images else image_opts).items() if v is not None]
+        if given:
+            what = (f"for a language model, but {net.spec.name} is a diffusion spec: lmc sample draws images from it"
+                    if images else f"for a diffusion spec (a diffusion dataset, e.g. digits_ddpm), but {net.spec.name} "
+                                   f"is sampled as a language model")
+            raise LmcError(f"{', '.join(given)}: {what}",
+                           hint="use --n, --steps, --plot, --npy" if images else "use --prompt, --tokens, --temperature, --top-k")
+        ckpt = require_init(spec, init)
+        if images:
+            n_img = 64 if n is None else n
+            lines = write_samples(net, ckpt, n_img, steps, seed, plot, npy, backend, chip, LowerOptions.from_env(),
+                                  log=None if as_json else (lambda t: err.print(t, markup=False, highlight=False)))
+            if as_json:
+                print(json.dumps({"images": n_img, "steps": steps, "seed": seed, "written": lines}))
+            else:
+                for line in lines:
+                    err.print(line, markup=False, highlight=False)
+            return
+        prompt, tokens = prompt or "", 200 if tokens is None else tokens
+        temperature, top_k = 0.8 if temperature is None else temperature, top_k or 0
+        text = run_sample(_load(spec, set, 1), ckpt, prompt, tokens, temperature, top_k, seed, backend, chip,
+                          LowerOptions.from_env())
     if as_json:
         print(json.dumps({"prompt": prompt, "text": text, "tokens": tokens, "temperature": temperature,
                           "top_k": top_k, "seed": seed}))

@@ -23,7 +23,7 @@ from lmc.core.errors import DataError
 from lmc.data.policy import Policy
 
 # Purposes mixed into the seed so the shuffle and the augmentation streams never coincide.
-_SHUFFLE, _AUGMENT, _MIX, _TTA, _BOXES = 0, 1, 2, 4, 5      # (3: lmc/train/masks.py)
+_SHUFFLE, _AUGMENT, _MIX, _TTA, _BOXES, _DRAW = 0, 1, 2, 4, 5, 6     # (3: lmc/train/masks.py)
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -51,6 +51,8 @@ class Batcher:
     repeated: repeated augmentation (timm's RASampler, one process): epoch e's order is its
     permutation with each index repeated `repeated` times in a row, cut to N, so a batch holds
     that many independently augmented copies of an image and steps_per_epoch is unchanged.
+    The dataset's `draw` (a diffusion dataset's noising) then makes the batch's pairs, before the
+    label fitting.
     """
 
     def __init__(self, ds: Dataset, batch_size: int, *, seed: int, shuffle: bool = True,
@@ -127,6 +129,8 @@ class Batcher:
             x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
         if self.boxes is not None:                     # box-aware affine: image and boxes together
             x, y = self.boxes(x, y, _rng(self.seed, _BOXES, epoch, step))
+        if self.ds.draw is not None:                   # the dataset's per-batch pairs (diffusion noising)
+            x, y = self.ds.draw(x, y, _rng(self.seed, _DRAW, epoch, step))
         if self.labels is not None:
             y = self.labels(y)
         if self.mix is not None:

@@ -6,6 +6,7 @@ examples have exactly the spec's per-example shape and whose labels fit the spec
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,9 @@ class Dataset:
     the Batcher then crops them to (H, W) — randomly when augmenting, centred otherwise.
     `train_res` (train.train_res) is the (R, R) the Batcher resizes every training batch to after
     that crop (lmc.data.resolution); evaluation keeps the spec's resolution.
+    `draw`, when set, makes each training batch's pairs from the stored ones: (x, y, rng) → (x, y),
+    rng drawn from (seed, epoch, step) by the Batcher (a diffusion dataset's noising,
+    lmc.data.diffusion); the validation split is stored as it is scored.
     `sources` maps each array's name ('x_train', 'y_train', 'x_val', 'y_val') to the file it
     was read from, so errors found later (shape, labels) can name that file.
     """
@@ -44,6 +48,8 @@ class Dataset:
     label_format: str = "class ids"
     # a character-level text dataset's vocabulary (id i = vocab[i]); None: bytes or not text
     vocab: str | None = None
+    # per-batch training pairs from the stored ones (see above); None: the stored pairs
+    draw: Callable | None = None
 
     def source(self, array: str) -> str:
         """The file an array ('x_train', 'y_val', ...) was read from, for error messages."""

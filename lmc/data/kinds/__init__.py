@@ -87,6 +87,9 @@ class Kind:
     image_shape: ClassVar[tuple[int, ...] | None] = None
     # the class names in label order, when the kind knows them (digits: 0–9)
     names: ClassVar[tuple[str, ...] | None] = None
+    # a diffusion dataset's noise schedule (lmc.data.diffusion.Schedule): the net predicts the
+    # noise, and `lmc sample` draws images from it with this schedule; None: not a diffusion
+    schedule: ClassVar[Any] = None
 
     @classmethod
     def class_names(cls, path: Path | None) -> list[str] | None:
