@@ -13,8 +13,6 @@ from lmc.spec.netspec import load_spec
 SPECS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.yaml"))
 
 PENDING = {
-    "evoformer_block": "needs a synthetic structure dataset kind",
-    "structure_module": "needs a synthetic structure dataset kind",
     "time_cond_add": "the DDPM digits spec",
 }
 
