@@ -117,7 +117,7 @@ def test_sample_refuses_bad_image_options():
 def test_ddpm_digits_trains_and_samples(tmp_path):
     pytest.importorskip("iree.runtime")
     out = tmp_path / "run"
-    r = run("train", SPEC, "--steps", "4", "--out", out)
+    r = run("train", SPEC, "--max-steps", "4", "--out", out)
     assert r.exit_code == 0, r.output
     r = run("sample", out, "--n", "6", "--steps", "5", "--npy", tmp_path / "a.npy", "--seed", "1")
     assert r.exit_code == 0, r.output

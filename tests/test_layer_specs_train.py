@@ -17,7 +17,7 @@ from lmc.cli import app  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.iree]
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SHOWCASE = ["digits_separable", "digits_shuffle", "digits_darknet", "digits_fpn_yolo", "mamba_lm",
-            "unet_digits_dice", "unet_digits_dice_ce", "unet_digits_weighted_ce", "unet_digits_focal"]
+            "unet_digits_dice", "unet_digits_dice_ce", "unet_digits_weighted_ce", "unet_digits_focal", "wavenet_lm", "nerf_image", "chain_fold"]
 
 
 @pytest.mark.parametrize("stem", SHOWCASE)

@@ -13,11 +13,6 @@ from lmc.spec.netspec import load_spec
 SPECS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.yaml"))
 
 PENDING = {
-    "wave_net_block": "takes [B, C, T]; an LM needs a layer that turns the token embedding's [B, T, D] into it",
-    "positional_encoding": "needs an image-as-coordinates dataset kind (the nerf_mlp demo)",
-    "nerf_mlp": "needs an image-as-coordinates dataset kind",
-    "evoformer_block": "needs a synthetic structure dataset kind",
-    "structure_module": "needs a synthetic structure dataset kind",
 }
 
 

@@ -317,7 +317,8 @@ def save_predictions(res, path) -> bool:
     elif isinstance(res, RegressionResult):
         for i in range(n):
             for r, a in enumerate((img[i], out[i, 0] if out.ndim == 4 else out[i], y[i, 0] if y.ndim == 4 else y[i])):
-                axes[r, i].imshow(a, cmap="gray", vmin=0, vmax=1)
+                # a flat target ([N, D]: a coordinate field's values) is drawn as a 1×D strip
+                axes[r, i].imshow(np.atleast_2d(a), cmap="gray", vmin=0, vmax=1)
         titles = ["input", f"output (PSNR {res.psnr():.2f} dB)", "target"]
     else:
         boxes, scores, classes = res.loss.decode(out)

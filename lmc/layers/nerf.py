@@ -35,7 +35,7 @@ class PositionalEncoding(Layer):
 @dataclass(frozen=True)
 class NerfMlp(Layer):
     """NeRF MLP: 8 relu layers of hidden_dim on the encoded position (the 5th re-reads it:
-    skip), density head (1, relu), a feature layer, then with the encoded direction a 128-wide
+    skip), density head (1, softplus), a feature layer, then with the encoded direction a 128-wide
     relu layer and an RGB head (3, sigmoid) → [B, 4] (σ, r, g, b).
     Params: fc0 [eP,h], fc1..fc3 [h,h], fc4 [h+eP,h], fc5..fc7 [h,h], sigma [h,1], feature
     [h,h] (no activation), dir [h+eD,128], rgb [128,3], each with a bias (the Lean kit's count);
@@ -63,7 +63,10 @@ class NerfMlp(Layer):
             if i == 4:
                 y = g.op("concat", y, pos, axis=1)                       # the skip: [h, encoded position]
             y = fc(y, f"fc{i}.", ep if i == 0 else h + ep if i == 4 else h, h, "relu")
-        sigma = fc(y, "sigma.", h, 1, "relu")
+        # softplus, not relu: a relu density head on a relu trunk starts dead on about half the
+        # seeds (its pre-activation is dominated by one input-independent offset) and never
+        # recovers; mip-NeRF made the same change for the same reason
+        sigma = fc(y, "sigma.", h, 1, "softplus")
         y = fc(y, "feature.", h, h, None)
         y = fc(g.op("concat", y, dirs, axis=1), "dir.", h + ed, 128, "relu")
         rgb = fc(y, "rgb.", 128, 3, "sigmoid")

@@ -22,6 +22,7 @@ ACTIVATIONS = {
     "gelu": lambda xp, x: 0.5 * x * (1.0 + xp.tanh(GELU_C * (x + 0.044715 * x ** 3))),
     "sigmoid": lambda xp, x: 1.0 / (1.0 + xp.exp(-x)),
     "h_sigmoid": lambda xp, x: xp.minimum(xp.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+    "softplus": lambda xp, x: xp.maximum(x, 0.0) + xp.log1p(xp.exp(-xp.abs(x))),
 }
 # act kind → its ONNX form (opset 17 has no tanh GELU: spelled out)
 def _onnx_gelu(b, x):
@@ -38,6 +39,7 @@ ONNX_ACTIVATIONS = {
     "gelu": _onnx_gelu,
     "sigmoid": lambda b, x: b.op("Sigmoid", x),
     "h_sigmoid": lambda b, x: b.op("HardSigmoid", x, alpha=1.0 / 6.0, beta=0.5),
+    "softplus": lambda b, x: b.op("Softplus", x),
 }
 KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "h_swish": [-3.0, 3.0], "h_sigmoid": [-3.0, 3.0]}
 KINK_GAP = 0.05          # no test input within this distance of a kink

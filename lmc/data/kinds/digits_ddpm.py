@@ -9,7 +9,7 @@ from lmc.losses import FLOAT
 
 @register("digits_ddpm")
 class DigitsDDPM(Kind):
-    order = 16
+    order = 18
     label_format = FLOAT
     embedded = True
     takes_path = False
