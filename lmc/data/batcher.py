@@ -110,21 +110,20 @@ class Batcher:
         if not 0 <= step < self.steps_per_epoch:
             raise IndexError(f"step {step} outside [0, {self.steps_per_epoch})")
         idx = self.order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
-        x = self.ds.x_train[idx]                      # fancy indexing: a fresh copy, safe to alter
         y = self.ds.y_train[idx]
         if self.ds.label_format == "mask" and self.augment:
             # per-pixel labels move with their image: paired flips only (the seed's seg path)
-            x, y = aug.paired_hflip(x, y, _rng(self.seed, _AUGMENT, epoch, step))
+            x, y = aug.paired_hflip(self.ds.x_train[idx], y, _rng(self.seed, _AUGMENT, epoch, step))
             x = np.ascontiguousarray(x, dtype=np.float32)
         elif self.ds.label_format == "boxes" and self.augment:
             # box labels: the Lean kit's base pack, HSV jitter + horizontal flip with the boxes
             # (the box-aware affine, fpn_affine_*, goes on top below)
             r = _rng(self.seed, _AUGMENT, epoch, step)
-            x = aug.hsv_jitter(x, r, self.ds.mean, self.ds.std)
+            x = aug.hsv_jitter(self.ds.x_train[idx], r, self.ds.mean, self.ds.std)
             x, y = aug.boxes_hflip(x, y, r)
             x = np.ascontiguousarray(x, dtype=np.float32)
         else:
-            x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
+            x = self._transform(idx, _rng(self.seed, _AUGMENT, epoch, step))
         if self.boxes is not None:                     # box-aware affine: image and boxes together
             x, y = self.boxes(x, y, _rng(self.seed, _BOXES, epoch, step))
         if self.labels is not None:
@@ -133,13 +132,27 @@ class Batcher:
             x, y, _, _ = self.mix(x, y, _rng(self.seed, _MIX, epoch, step))
         return x, y
 
-    def _transform(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        crop = self.ds.train_crop
-        if self.augment:
+    def _transform(self, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        crop, src = self.ds.train_crop, self.ds.x_train
+        if crop and hasattr(src, "read"):
+            # image files (lmc.data.imagenette.Images): the same draws, handed to the decoder,
+            # which cuts and mirrors each image as it decodes it
+            n, size = len(idx), src.shape[2:]
+            if self.augment:
+                top, left = aug.crop_offsets(n, size, *crop, rng)
+                flip = aug.flips(n, rng)
+            else:
+                top, left = np.full(n, (size[0] - crop[0]) // 2), np.full(n, (size[1] - crop[1]) // 2)
+                flip = None
+            x = src.read(idx.tolist(), (top, left, *crop), flip)
+        elif self.augment:
+            x = src[idx]                              # fancy indexing: a fresh copy, safe to alter
             x = aug.random_crop(x, *crop, rng) if crop else aug.pad_crop(x, self.pad_crop, rng)
             x = aug.hflip(x, rng)
-        elif crop:
-            x = aug.center_crop(x, *crop)
+        else:
+            x = src[idx]
+            if crop:
+                x = aug.center_crop(x, *crop)
         if self.ds.train_res is not None:       # train.train_res: the step's resolution
             x = resize(x, *self.ds.train_res)
         if self.policy is not None:
