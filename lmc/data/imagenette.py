@@ -45,6 +45,7 @@ STREAM_ABOVE = 4 << 30     # bytes of decoded float32 images above which the loa
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 EXTENSIONS = {".jpeg", ".jpg", ".png"}
+CHUNK = 64                  # the most files one worker process decodes per message
 EXPECTED = "expected an image tree DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg"
 
 
@@ -155,7 +156,8 @@ def _worker_start(parent: int) -> None:
 class Decoder:
     """Decodes lists of image files into uint8 [n, 3, h, w], in order: `workers` 0 in threads of
     this process, N > 0 in N processes (spawned, so nothing of the training process — its
-    runtime, its threads — is forked).  Started on first use; close() stops the threads or
+    runtime, its threads — is forked; a script that starts them needs the usual
+    `if __name__ == "__main__":` guard).  Started on first use; close() stops the threads or
     processes (a later decode starts them again)."""
 
     def __init__(self, workers: int = 0):
@@ -187,8 +189,9 @@ class Decoder:
             for _ in pool.map(lambda i: _fill(out, paths, size, crop_ratio, windows, flips, (i,)), range(n)):
                 pass                                   # consuming re-raises a thread's DataError
             return out
-        # processes: a few chunks per worker, so the result of one travels while others decode
-        step = max(1, -(-n // (2 * self.workers)))
+        # processes: a few chunks per worker, so the result of one travels while others decode,
+        # and at most CHUNK files each, so a whole split loaded into RAM is not one message
+        step = min(CHUNK, max(1, -(-n // (2 * self.workers))))
         parts = []
         # a submit may start a worker: with SIGINT blocked in this thread the new process starts
         # with it blocked, so a Ctrl-C during its start cannot interrupt it (_worker_start then
@@ -231,7 +234,10 @@ class Decoder:
     def __del__(self):
         pool = getattr(self, "_pool", None)
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            try:
+                pool.shutdown(wait=False, cancel_futures=True)
+            except Exception:        # noqa: BLE001 -- at interpreter exit the pool may be half torn down
+                pass
 
 
 class Images:
