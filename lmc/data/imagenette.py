@@ -182,13 +182,18 @@ class Decoder:
         """The files squashed to `size` (or test_crop_ratio's crop), then each cut to its window
         and mirrored where flips[i]: uint8 [n, 3, h, w].  A file that cannot be read is a
         DataError naming it."""
+        return self.submit(paths, size, crop_ratio, windows, flips).result()
+
+    def submit(self, paths: list[Path], size: tuple[int, int], crop_ratio: float = 0.0,
+               windows: Windows | None = None, flips: np.ndarray | None = None) -> "Decoding":
+        """decode(), started now: the files decode while the caller does other work; the
+        returned Decoding's result() waits for them."""
         n = len(paths)
         out = np.empty((n, 3, *_shape(size, windows)), dtype=np.uint8)
         pool = self._executor()
         if self.workers == 0:
-            for _ in pool.map(lambda i: _fill(out, paths, size, crop_ratio, windows, flips, (i,)), range(n)):
-                pass                                   # consuming re-raises a thread's DataError
-            return out
+            futs = [pool.submit(_fill, out, paths, size, crop_ratio, windows, flips, (i,)) for i in range(n)]
+            return Decoding(self, out, [(i, i, f) for i, f in enumerate(futs)])
         # processes: a few chunks per worker, so the result of one travels while others decode,
         # and at most CHUNK files each, so a whole split loaded into RAM is not one message
         step = min(CHUNK, max(1, -(-n // (2 * self.workers))))
@@ -205,18 +210,7 @@ class Decoder:
                                                 win, None if flips is None else flips[a:b])))
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        try:
-            for a, b, fut in parts:
-                out[a:b] = fut.result()              # re-raises a worker's DataError
-        except BrokenExecutor:
-            self.close()
-            raise DataError(f"an image-decoding worker process died (of {self.workers}; killed, or out of memory?)",
-                            hint="retry with fewer --loader-workers (0 decodes in threads of the training "
-                                 "process)") from None
-        finally:
-            for _, _, fut in parts:
-                fut.cancel()
-        return out
+        return Decoding(self, out, parts)
 
     def close(self) -> None:
         """Stop the threads or processes (they finish the file they are decoding)."""
@@ -238,6 +232,34 @@ class Decoder:
                 pool.shutdown(wait=False, cancel_futures=True)
             except Exception:        # noqa: BLE001 -- at interpreter exit the pool may be half torn down
                 pass
+
+
+class Decoding:
+    """A decode under way (Decoder.submit): result() waits for it and gives the uint8 images."""
+
+    def __init__(self, decoder: Decoder, out: np.ndarray, parts: list, then=None):
+        self.decoder, self.out, self.parts = decoder, out, parts   # parts: (first row, end row | same row, future)
+        self.then = then                                           # applied to the images by result()
+
+    def result(self) -> np.ndarray:
+        try:
+            for a, b, fut in self.parts:
+                got = fut.result()                     # re-raises a thread's or worker's DataError
+                if got is not None:                    # a process's chunk (threads fill `out` themselves)
+                    self.out[a:b] = got
+        except BrokenExecutor:
+            self.decoder.close()
+            raise DataError(f"an image-decoding worker process died (of {self.decoder.workers}; killed, or out of "
+                            f"memory?)", hint="retry with fewer --loader-workers (0 decodes in threads of the "
+                                              "training process)") from None
+        finally:
+            self.cancel()
+        return self.out if self.then is None else self.then(self.out)
+
+    def cancel(self) -> None:
+        """Drop the files not started yet (an abandoned decode)."""
+        for _, _, fut in self.parts:
+            fut.cancel()
 
 
 class Images:
@@ -268,8 +290,13 @@ class Images:
     def read(self, rows, windows: Windows | None = None, flips: np.ndarray | None = None) -> np.ndarray:
         """Rows `rows`, each cut to its window and mirrored where flips[i], normalized: float32
         [n, 3, h, w] — exactly what cropping and flipping self[rows] would give."""
-        paths = [self.paths[i] for i in rows]
-        return normalize(self.decoder.decode(paths, self.size, self.crop_ratio, windows, flips))
+        return self.submit(rows, windows, flips).result()
+
+    def submit(self, rows, windows: Windows | None = None, flips: np.ndarray | None = None) -> Decoding:
+        """read(), started now: its result() is read's value."""
+        d = self.decoder.submit([self.paths[i] for i in rows], self.size, self.crop_ratio, windows, flips)
+        d.then = normalize
+        return d
 
     def close(self) -> None:
         self.decoder.close()
