@@ -205,7 +205,8 @@ def train(spec: SpecArg,
           overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run even if --out already holds one (its checkpoint and metrics are replaced).")] = False,
           log_every: Annotated[int, typer.Option(help="Read the loss back from the device every N steps (and at each epoch end); a NaN is caught at the next read.")] = 10,
           progress_every: Annotated[float, typer.Option(help="Without a terminal (nohup, Slurm, CI), print a progress line (step, loss, throughput, ETA) every N seconds; 0: none.")] = 30.0,
-          stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in background threads instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
+          stream: Annotated[Optional[bool], typer.Option("--stream/--no-stream", help="Decode an image-folder dataset (imagenette, imagenet) batch by batch in the background (threads, or --loader-workers processes) instead of loading it into RAM (default: imagenet always, imagenette when it would take more than 4 GiB).")] = None,
+          loader_workers: Annotated[Optional[int], typer.Option("--loader-workers", help="Decode and crop an image-folder dataset's files in N worker processes (0: threads of the training process, the default); the batches are the same for any N.")] = None,
           tensorboard: Annotated[Optional[Path], typer.Option(help="Also write the metrics (loss, lr, throughput, eval scores) as TensorBoard event files in this directory (needs tensorboardX: pip install 'lmc[tensorboard]').")] = None,
           nproc: Annotated[int, typer.Option(help="Data-parallel training on N local ranks (MPI; pip install 'lmc[dist]'): each runs train.batch_size examples of every global batch of N × batch_size, gradients summed by all-reduce.  Under mpiexec/mpirun the launcher's world is used instead (docs/distributed.md).")] = 1,
           devices: Annotated[Optional[str], typer.Option(help="With --nproc on GPUs: one device per local rank, e.g. 0,1,2,3 (default: each rank the driver's default device).")] = None,
@@ -234,7 +235,7 @@ def train(spec: SpecArg,
             opts = TrainOptions(backend=backend, chip=chip, data=data, out=out, max_steps=max_steps, init=resolve_init(None, init),
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
                                 progress_every=progress_every,
-                                tensorboard=tensorboard, stream=stream, dist_timeout=dist_timeout,
+                                tensorboard=tensorboard, stream=stream, loader_workers=loader_workers, dist_timeout=dist_timeout,
                                 nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env())
             if world == 1 and nproc > 1:
                 # this process launches the ranks: refuse what they would refuse, once, here

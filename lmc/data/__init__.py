@@ -30,7 +30,8 @@ __all__ = ["Dataset", "Batcher", "eval_batches", "load_dataset", "all_datasets"]
 
 def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...],
                  num_classes: int | None, *, seed: int = 0, stream: bool | None = None, train_res: int = 0,
-                 test_crop_ratio: float = 0.0, classes: tuple | None = None, **options) -> Dataset:
+                 test_crop_ratio: float = 0.0, classes: tuple | None = None, loader_workers: int | None = None,
+                 **options) -> Dataset:
     """Load dataset `kind` from `path` and fit it to the spec.
 
     input_shape: the spec's per-example shape, e.g. (1, 28, 28), (784,), (1, 8, 8) or (64,);
@@ -43,6 +44,8 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     train_res: train.train_res R > 0 — the Batcher resizes the training images to R×R
     (lmc.data.resolution); test_crop_ratio: train.test_crop_ratio r > 0 — the validation images
     are resized and centre-cropped by it, from their files for image folders.
+    loader_workers: image folders decoded (and cut to their training crops) in N worker
+    processes, 0 (or None) in threads of this process.  The batches do not depend on it.
     options: extra keyword arguments for the loader (synthetic: n_train, n_val, signal; text:
     vocab, byte or char).
     """
@@ -52,9 +55,16 @@ def load_dataset(kind: str, path: str | Path | None, input_shape: tuple[int, ...
     if stream and not (k is not None and k.image_folder):
         folders = ", ".join(n for n, c in kinds.items() if c.image_folder)
         raise DataError(f"--stream reads image folders ({folders}), not {kind}")
+    if loader_workers is not None and not (k is not None and k.image_folder):
+        folders = ", ".join(n for n, c in kinds.items() if c.image_folder)
+        raise DataError(f"--loader-workers decodes image folders ({folders}); {kind} has no files to decode")
+    if loader_workers is not None and loader_workers < 0:
+        raise DataError(f"--loader-workers must be 0 (threads) or a number of processes, got {loader_workers}")
     if k is not None:
         k.check_stream(stream)
     folder = k is not None and k.image_folder
+    if loader_workers is not None:
+        options = {**options, "loader_workers": loader_workers}
     ds = _load(kind, path, input_shape, num_classes, seed, options, stream,
                test_crop_ratio if folder else 0.0)
     if ds.train_crop is None:

@@ -94,6 +94,8 @@ class Batcher:
         self.prefetch = max(1, prefetch)
         self.steps_per_epoch = n // batch_size
         self._order_cache: tuple[int, np.ndarray] | None = None
+        self._ahead: tuple | None = None              # ((epoch, step), _begin's) of the next batch of files
+        self._ahead_lock = threading.Lock()
 
     def order(self, epoch: int) -> np.ndarray:
         """Example indices of epoch `epoch`, a function of (seed, epoch) only."""
@@ -108,25 +110,58 @@ class Batcher:
         return perm
 
     def batch(self, epoch: int, step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Batch `step` of epoch `epoch`, computed here in the calling thread."""
+        """Batch `step` of epoch `epoch`, computed here in the calling thread.  For image files
+        the decode of batch step+1 is started before this one is finished (its policy, erasing,
+        labels and mixing), so the decoder works meanwhile; a call for that batch picks it up."""
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        begun = ahead[1] if ahead is not None and ahead[0] == (epoch, step) else self._begin(epoch, step)
+        if ahead is not None and ahead[1] is not begun and ahead[1][4] is not None:
+            ahead[1][4].cancel()                      # another batch was asked for: drop its files not started
+        if begun[4] is not None and step + 1 < self.steps_per_epoch:
+            nxt = ((epoch, step + 1), self._begin(epoch, step + 1))
+            with self._ahead_lock:
+                old, self._ahead = self._ahead, nxt
+            if old is not None and old[1][4] is not None:
+                old[1][4].cancel()
+        return self._finish(begun)
+
+    def _begin(self, epoch: int, step: int) -> tuple:
+        """What batch (epoch, step) needs first: its rows and augmentation stream, and for image
+        files (lmc.data.imagenette.Images) their decode, started — with the crop and flip drawn
+        as random_crop and hflip draw them, handed to the decoder, which cuts and mirrors each
+        image as it decodes it."""
         if not 0 <= step < self.steps_per_epoch:
             raise IndexError(f"step {step} outside [0, {self.steps_per_epoch})")
         idx = self.order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
-        x = self.ds.x_train[idx]                      # fancy indexing: a fresh copy, safe to alter
+        rng = _rng(self.seed, _AUGMENT, epoch, step)
+        crop, src, reading = self.ds.train_crop, self.ds.x_train, None
+        if crop and hasattr(src, "submit") and not (self.augment and self.ds.label_format in ("mask", "boxes")):
+            n, size = len(idx), src.shape[2:]
+            if self.augment:
+                top, left = aug.crop_offsets(n, size, *crop, rng)
+                flip = aug.flips(n, rng)
+            else:
+                top, left = np.full(n, (size[0] - crop[0]) // 2), np.full(n, (size[1] - crop[1]) // 2)
+                flip = None
+            reading = src.submit(idx.tolist(), (top, left, *crop), flip)
+        return epoch, step, idx, rng, reading
+
+    def _finish(self, begun: tuple) -> tuple[np.ndarray, np.ndarray]:
+        epoch, step, idx, rng, reading = begun
         y = self.ds.y_train[idx]
         if self.ds.label_format == "mask" and self.augment:
             # per-pixel labels move with their image: paired flips only (the seed's seg path)
-            x, y = aug.paired_hflip(x, y, _rng(self.seed, _AUGMENT, epoch, step))
+            x, y = aug.paired_hflip(self.ds.x_train[idx], y, rng)
             x = np.ascontiguousarray(x, dtype=np.float32)
         elif self.ds.label_format == "boxes" and self.augment:
             # box labels: the Lean kit's base pack, HSV jitter + horizontal flip with the boxes
             # (the box-aware affine, fpn_affine_*, goes on top below)
-            r = _rng(self.seed, _AUGMENT, epoch, step)
-            x = aug.hsv_jitter(x, r, self.ds.mean, self.ds.std)
-            x, y = aug.boxes_hflip(x, y, r)
+            x = aug.hsv_jitter(self.ds.x_train[idx], rng, self.ds.mean, self.ds.std)
+            x, y = aug.boxes_hflip(x, y, rng)
             x = np.ascontiguousarray(x, dtype=np.float32)
         else:
-            x = self._transform(x, _rng(self.seed, _AUGMENT, epoch, step))
+            x = self._transform(idx, rng, reading)
         if self.boxes is not None:                     # box-aware affine: image and boxes together
             x, y = self.boxes(x, y, _rng(self.seed, _BOXES, epoch, step))
         if self.ds.draw is not None:                   # the dataset's per-batch pairs (diffusion noising)
@@ -137,13 +172,18 @@ class Batcher:
             x, y, _, _ = self.mix(x, y, _rng(self.seed, _MIX, epoch, step))
         return x, y
 
-    def _transform(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        crop = self.ds.train_crop
-        if self.augment:
+    def _transform(self, idx: np.ndarray, rng: np.random.Generator, reading=None) -> np.ndarray:
+        crop, src = self.ds.train_crop, self.ds.x_train
+        if reading is not None:                       # image files, already cropped and flipped
+            x = reading.result()
+        elif self.augment:
+            x = src[idx]                              # fancy indexing: a fresh copy, safe to alter
             x = aug.random_crop(x, *crop, rng) if crop else aug.pad_crop(x, self.pad_crop, rng)
             x = aug.hflip(x, rng)
-        elif crop:
-            x = aug.center_crop(x, *crop)
+        else:
+            x = src[idx]
+            if crop:
+                x = aug.center_crop(x, *crop)
         if self.ds.train_res is not None:       # train.train_res: the step's resolution
             x = resize(x, *self.ds.train_res)
         if self.policy is not None:

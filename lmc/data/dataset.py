@@ -51,6 +51,13 @@ class Dataset:
     # per-batch training pairs from the stored ones (see above); None: the stored pairs
     draw: Callable | None = None
 
+    def close(self) -> None:
+        """Stop the threads or processes a streamed split decodes its files in (a later access
+        starts them again)."""
+        for x in (self.x_train, self.x_val):
+            if hasattr(x, "close"):
+                x.close()
+
     def source(self, array: str) -> str:
         """The file an array ('x_train', 'y_val', ...) was read from, for error messages."""
         return self.sources.get(array, self.name)

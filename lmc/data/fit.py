@@ -11,9 +11,10 @@ from lmc.data import load_dataset
 from lmc.data.kinds import all_datasets, by_suffix, embedded
 
 
-def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
+def load_data(net, data: Path | None, seed: int, stream: bool | None = None, loader_workers: int | None = None):
     """The spec's dataset (or --data), fitted to the net's input and head (`stream`: decode
-    image folders per batch; None: the loader decides by size)."""
+    image folders per batch; None: the loader decides by size; `loader_workers`: image folders
+    decoded in that many processes, 0 or None in threads)."""
     kind = net.spec.dataset.value if net.spec.dataset is not None else None
     path = data if data is not None else net.spec.dataset_path
     if data is not None and by_suffix(data) is not None:     # a .npz file selects the npz loader
@@ -32,7 +33,7 @@ def load_data(net, data: Path | None, seed: int, stream: bool | None = None):
     for f in kinds[kind].fields if kind in kinds else ():      # the spec's dataset.<field> (text: vocab)
         res[f.name] = getattr(net.spec, f"dataset_{f.name}")
     ds = load_dataset(kind, path, net.input.dims[1:], classes, seed=seed, stream=stream,
-                      classes=net.spec.dataset_classes, **res)
+                      classes=net.spec.dataset_classes, loader_workers=loader_workers, **res)
     check_token_ids(net, ds)
     return ds
 

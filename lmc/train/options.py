@@ -31,6 +31,7 @@ class TrainOptions:
     progress_every: float = 30.0      # without a terminal: a progress line every N seconds (0: none)
     tensorboard: Path | None = None   # also mirror the metrics into TensorBoard event files here
     stream: bool | None = None        # image folders decoded per batch (None: by size)
+    loader_workers: int | None = None  # image folders decoded in N processes (0/None: threads)
     dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others
     nproc: int = 1                    # data-parallel ranks (lmc/run/dist.py; the launcher's world)
     lower_options: LowerOptions = LowerOptions()   # the lowering's spellings (the command line's LMC_*)

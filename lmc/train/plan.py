@@ -256,7 +256,7 @@ def _at(data, dotted: str):
 
 
 def _load_data(job: TrainJob, resumed):
-    ds = load_data(job.net, job.opts.data, job.cfg.seed, job.opts.stream)
+    ds = load_data(job.net, job.opts.data, job.cfg.seed, job.opts.stream, job.opts.loader_workers)
     if resumed is not None and resumed.meta.get("vocab") != ds.vocab:
         raise TrainError(f"--resume: the text's character vocabulary differs from the one {job.ckpt_path} "
                          f"was trained on (token ids would mean other characters)",

@@ -41,7 +41,7 @@ def train(net, opts: TrainOptions, console) -> Summary:
 def train_job(job: TrainJob) -> tuple[Summary, DeviceState]:
     """Train a checked job (lmc.train.plan.check_job); the Summary and the final device state."""
     t_start = time.perf_counter()
-    metrics = None
+    metrics = plan = None
     try:
         plan, start = build_plan(job)
         state = DeviceState.upload(plan, start)
@@ -56,6 +56,8 @@ def train_job(job: TrainJob) -> tuple[Summary, DeviceState]:
     finally:
         if metrics is not None:
             metrics.close()
+        if plan is not None:
+            plan.ds.close()        # a streamed dataset's decoding threads or processes
 
 
 def _summary(run: Run, t_start: float) -> Summary:

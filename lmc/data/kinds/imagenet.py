@@ -46,4 +46,5 @@ class Imagenet(Imagenette):
 
     @classmethod
     def load(cls, path, input_shape, num_classes, *, seed, stream, crop_ratio, **options):
-        return imagenette.load(path, input_shape, True, cls.name, crop_ratio, cls.hint())
+        return imagenette.load(path, input_shape, True, cls.name, crop_ratio, cls.hint(),
+                               options.get("loader_workers"))

@@ -10,6 +10,7 @@ from lmc.data.kinds import Kind, register
 class Imagenette(Kind):
     order = 2
     image_folder = True
+    options = ("loader_workers",)      # decoding processes (lmc.data.imagenette.Decoder; 0/None: threads)
     fetch = ("extract imagenette2-320.tgz (https://github.com/fastai/imagenette), which "
              "holds train/ and val/ — or lay out any images as DIR/{train,val}/<class>/")
 
@@ -27,4 +28,5 @@ class Imagenette(Kind):
 
     @classmethod
     def load(cls, path, input_shape, num_classes, *, seed, stream, crop_ratio, **options):
-        return imagenette.load(path, input_shape, stream, cls.name, crop_ratio, cls.hint())
+        return imagenette.load(path, input_shape, stream, cls.name, crop_ratio, cls.hint(),
+                               options.get("loader_workers"))
