@@ -112,7 +112,7 @@ def test_a_corrupt_file_is_refused_by_name_from_a_worker(tmp_path):
         ds.x_val[0:2]                                # the pool still decodes after the refusal
     finally:
         ds.close()
-    r = run("train", _spec(tmp_path), "--loader-workers", "2", "--out", tmp_path / "run", "--steps", "1")
+    r = run("train", _spec(tmp_path), "--loader-workers", "2", "--out", tmp_path / "run", "--max-steps", "1")
     assert r.exit_code == 2, r.output
     lines = [l for l in r.stderr.splitlines() if l.startswith("error:")]
     assert len(lines) == 1 and str(cut) in lines[0], r.stderr
