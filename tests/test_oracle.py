@@ -470,7 +470,7 @@ def run_oracle(layers, x_dims, style, loss, opt, seed=0, cases=None):
                 o = a.optimizers[p.name]
                 oslots = {s: nJO[(s, p.name)] for s in o.slots}
                 ohp = {h: float(jhp[h if h in GLOBAL_HP else f"{o.name}.{h}"]) for h in o.hp}
-                gain = o.step_gain({s: O[(s, p.name)] for s in o.slots}, oslots, **ohp)   # O: the old slots
+                gain = o.step_gain({s: O[(s, p.name)] for s in o.slots}, oslots, noise=m_floor, **ohp)   # O: old slots
                 lr = float(jhp["lr"]) * (float(jhp["head_lr_mult"]) if p.name in a.head else 1.0)
                 m_scale = max(_first_moment(o, oslots, step), m_floor)
                 allowed = _param_allowance(gain, upds[p.name], lr, m_scale) + upd_floor

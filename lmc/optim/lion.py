@@ -33,7 +33,7 @@ class Lion(Optimizer):
         return {"beta1": cfg.lion_beta1, "beta2": cfg.lion_beta2}
 
     @classmethod
-    def step_gain(cls, old, new, beta1, beta2):
+    def step_gain(cls, old, new, beta1, beta2, noise=0.0):
         # sign(c) is not continuous: where |c| is small, the f32 error of the gradient (the
         # oracle compares with float64) can flip it, a 2·lr difference no first-order bound
         # covers.  Measured on the oracle's nets, flips reach a few % of the tensor's largest |c|
@@ -41,11 +41,14 @@ class Lion(Optimizer):
         # |c| ≤ 10% of the largest, and elsewhere 1/|c|: the first-order rate at which an error
         # in c reaches the threshold (with the oracle's net-wide floor on the gradient scale this
         # covers a tensor whose true gradient is exactly zero, whose signs rounding noise sets).
+        # The 10% is of the larger of the tensor's own largest |c| and the net-wide `noise`: a
+        # tensor of one element (an SE block's 1-channel bias) is its own largest, and its c, of
+        # rounding-noise size in the net, flipped sign on mb_conv's SE (step 2).
         # The template's arithmetic itself is checked exactly by tests/test_optim_units.py.
         # c = β1·m + (1−β1)·g, g recovered from m' = β2·m + (1−β2)·g.
         m, m2 = np.asarray(old["m"], np.float64), np.asarray(new["m"], np.float64)
         c = np.abs(beta1 * m + (1 - beta1) * (m2 - beta2 * m) / (1 - beta2))
-        return np.where(c <= 0.1 * c.max(), np.inf, 1.0 / np.where(c > 0, c, 1.0))
+        return np.where(c <= 0.1 * max(float(c.max()), noise), np.inf, 1.0 / np.where(c > 0, c, 1.0))
 
     @staticmethod
     def reference(xp, w, g, slots, lr, wd, decay, beta1, beta2):
