@@ -6,7 +6,7 @@ Schedule: the cosine ᾱ of Nichol & Dhariwal (s = 0.008), the Lean kit's:
 
 Training pairs: per image t ~ U{0..T−1} and ε ~ N(0, I); the net's input is the noised image
 x_t = √ᾱ_t·x₀ + √(1−ᾱ_t)·ε with one more channel filled with t/T (what `time_cond_add` reads),
-and the target is ε (float_target_mse on the noise).  The training split's pairs are drawn per
+and the target is ε (a float-target MSE on the noise).  The training split's pairs are drawn per
 batch (`Noising`, the Dataset's `draw`), from (run seed, epoch, step) alone; the validation
 split's are drawn once from a fixed seed, so every run is scored on the same pairs.
 
