@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup test test-slow demo lint bench docs clean
+.PHONY: setup test test-slow test-grid demo lint bench docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,7 +35,12 @@ test: $(TEST_STAMP)  ## the stage order (lint-imports), then the default suite (
 # the bench extra brings torch + torchvision: tests/test_published.py checks the reference nets
 # against torchvision's models (it skips without them)
 test-slow: $(BENCH_STAMP)  ## large-net compiles, long trainings, GPU cross-compiles, torchvision
-	$(BIN)/python -m pytest -q -n 2 -m slow -p no:cacheprovider
+	$(BIN)/python -m pytest -q -n 2 -m 'slow and not grid' -p no:cacheprovider
+
+# the oracle's whole layer x loss x optimizer cross product and every loss on every @input_grad
+# case: about 17,000 compiled steps, some 17 hours on 2 cores (a nightly job, not a session's)
+test-grid: $(TEST_STAMP)  ## the exhaustive oracle grids
+	$(BIN)/python -m pytest -q -n 2 -m grid -p no:cacheprovider tests/test_oracle.py tests/test_input_grad.py
 
 demo: $(RUN_STAMP)  ## train the digits CNN on the embedded dataset (about 30 s on 2 CPU cores), plot it
 	$(BIN)/lmc train specs/digits_cnn.yaml --out runs/digits_cnn --overwrite

@@ -7,8 +7,9 @@ Every primitive's dx is already checked by finite differences (test_gradients.py
 the whole train step (test_oracle.py); what @input_grad adds is the plumbing — the cotangents
 that reach the network input collected and summed where it fans out.  So the default run is
 the first example of a few kinds that exercise it (dense, conv + BN, a residual block whose
-shortcut reads the input), one loss each; `-m slow` runs every loss on every
-case (every primitive that lowers)."""
+shortcut reads the input), one loss each; `-m slow` runs every case (every primitive that
+lowers) with one loss, rotating, and every loss on those three kinds; `-m grid` every loss on
+every case."""
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +56,8 @@ def _cases():
         fits = [loss for loss in losses if _loss_class(loss).oracle_head(out_t, NC) is not None]
         for loss in fits:      # a per-pixel loss needs an image body
             fast = (i in default and loss == fits[i % len(fits)]) or (cid.split("-")[0], loss) in REGRESSIONS
-            marks = () if fast else (pytest.mark.slow,)
+            slow = i in default or loss == fits[(i + 1) % len(fits)]
+            marks = () if fast else (pytest.mark.slow,) if slow else (pytest.mark.slow, pytest.mark.grid)
             out.append(pytest.param(layers, x, style, loss, id=f"{cid}-{loss}", marks=marks))
     return out
 

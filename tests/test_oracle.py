@@ -19,8 +19,9 @@ Hyperparameters are runtime values (the hp vector), so one compiled module serve
 recipes: each variant must lower to the very same text.
 
 Default run: each layer example with one (loss, optimizer) pair, rotating through all of them,
-plus the full loss × optimizer grid and the knobs on a small MLP.  `-m slow` runs the full
-grid for every layer example.  Gradient accumulation (@grad_step/@apply_step) is checked
+plus the full loss × optimizer grid and the knobs on a small MLP.  `-m slow` brings every
+layer example together with every optimizer kind (the losses rotating); `-m grid` runs the
+whole layer × loss × optimizer cross product (about 16,000 steps).  Gradient accumulation (@grad_step/@apply_step) is checked
 against the fused step on one batch of k·B and against JAX with per-micro-batch BN.
 """
 from __future__ import annotations
@@ -189,7 +190,7 @@ def _layer_cases():
 LAYER_CASES = _layer_cases()
 # the grid net for loss × optimizer: a small MLP (weights of rank 2, biases of rank 1 for
 # wd_exclude_norm_bias), the cheapest module to compile; BN running statistics and conv
-# weights meet every optimizer through the rotating layer cases (all of them under -m slow)
+# weights meet every optimizer through the layer cases (every optimizer kind under -m slow)
 GRID_NET = ("grid[dense+relu,x=3x6]", [("dense", {"fan_in": 6, "fan_out": 5, "act": "relu"})], (3, 6), "xla_same")
 # the eval net: odd input, strided xla_same conv_bn (BN with running statistics), max_pool
 EVAL_NET = ([("conv_bn", {"ic": 2, "oc": 3, "k_size": 3, "stride": 2}), ("max_pool", {"size": 2, "stride": 2})],
@@ -235,21 +236,41 @@ def _fits(cid, layers, x, style, loss, opt) -> bool:
     return _FITS[cid, loss, opt]
 
 
+def _optimizer_cover(i: int, fit: list[int], first: int) -> set[int]:
+    """The combos (indices into COMBOS) that bring layer case i together with every optimizer
+    kind once: the default combo, plus for each other kind one of its fitting combos, rotating
+    with i so that the cases share out the losses and the optimizers' variants.  A layer meets
+    the loss only through the cotangent its head hands back, and an optimizer sees only the
+    layer's tensors, so this covers every (layer, optimizer) pair and most (layer, loss) pairs."""
+    kinds = sorted({COMBOS[j][1].split("#")[0] for j in fit})
+    out = {first}
+    for k, kind in enumerate(kinds):
+        same = [j for j in fit if COMBOS[j][1].split("#")[0] == kind]
+        if first not in same:
+            out.add(same[(i + k) % len(same)])
+    return out
+
+
 def _params():
     """Each layer case runs by default with one (loss, optimizer) combo, rotating through COMBOS
-    (skipping forward past the combos whose optimizer applies to no tensor of that net), the
-    other fitting combos under -m slow; the grid runs every combo on its optimizer's grid net."""
+    (skipping forward past the combos whose optimizer applies to no tensor of that net); under
+    -m slow it meets every optimizer kind once (the loss and the optimizer's variant rotating
+    over the fitting ones); the rest of the full layer × loss × optimizer cross product is
+    marked `grid` as well (make test-grid, about 17 h on 2 cores).  The grid net runs every
+    (loss, optimizer) combo."""
     default, slow = [], []
     for i, (cid, layers, x, style) in enumerate(LAYER_CASES):
         fit = [j for j, (loss, opt) in enumerate(COMBOS) if _fits(cid, layers, x, style, loss, opt)]
         first = min(fit, key=lambda j: (j - i) % len(COMBOS))
+        covered = _optimizer_cover(i, fit, first)
         for j in fit:
             loss, opt = COMBOS[j]
             p = (cid, layers, x, style, loss, opt)
             if j == first:
                 default.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}"))
             else:
-                slow.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}", marks=pytest.mark.slow))
+                marks = [pytest.mark.slow] if j in covered else [pytest.mark.slow, pytest.mark.grid]
+                slow.append(pytest.param(*p, id=f"{cid}-{loss}-{opt}", marks=marks))
     # the loss cases that meet one optimizer by default (rotating), the others under -m slow:
     # all but the first example of the losses marked `oracle_grid` (class_ce, soft_label_ce),
     # which cross every optimizer — the interaction is the gradient handed over, the same for all
