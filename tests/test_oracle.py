@@ -125,12 +125,19 @@ def _train_yaml(batch: int, fields: dict) -> str:
     return "{" + ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f.items()) + "}"
 
 
+_BODY_OUT: dict = {}
+
+
 def _body_out(layers, x_dims, style):
+    """The body's spec text and its output type (inferred once per text: collection asks for
+    every (loss, optimizer) combo of every layer case)."""
     head = f"name: oracle\ninput: {_input_yaml(x_dims)}\nconv_pad_style: {style}\nlayers:\n"
     if len(x_dims) == 3:
         layers = [("spatial_flatten", {})] + list(layers)
-    body = "\n".join(_layer_yaml(k, f) for k, f in layers) + "\n"
-    return head + body, infer(load_spec("oracle.yaml", text=head + body)).output.type
+    text = head + "\n".join(_layer_yaml(k, f) for k, f in layers) + "\n"
+    if text not in _BODY_OUT:
+        _BODY_OUT[text] = infer(load_spec("oracle.yaml", text=text)).output.type
+    return text, _BODY_OUT[text]
 
 
 def classifier_yaml(layers: list[tuple[str, dict]], x_dims, style: str, train: dict, loss: str = "class_ce") -> str:
@@ -214,6 +221,7 @@ def grid_net(opt: str, loss: str = "class_ce"):
 
 
 _FITS: dict = {}
+_ASSIGNS: dict = {}        # (the net's layers as text, optimizer) → whether it applies
 
 
 def _fits(cid, layers, x, style, loss, opt) -> bool:
@@ -225,14 +233,16 @@ def _fits(cid, layers, x, style, loss, opt) -> bool:
             _FITS[cid, loss, opt] = False
         elif _opt_class(opt).fallback is None:
             _FITS[cid, loss, opt] = True
-        else:
-            net = infer(load_spec("o.yaml", text=classifier_yaml(layers, x, style, {**LOSSES[loss][0], **OPTIMIZERS[opt][0]},
-                                                                 loss)))
-            try:
-                assign(net)
-                _FITS[cid, loss, opt] = True
-            except SpecError:
-                _FITS[cid, loss, opt] = False
+        else:       # whether the optimizer applies to a tensor depends on the layers, not the loss
+            text = classifier_yaml(layers, x, style, {**LOSSES[loss][0], **OPTIMIZERS[opt][0]}, loss)
+            key = (text[:text.index("\ntrain:")], opt)
+            if key not in _ASSIGNS:
+                try:
+                    assign(infer(load_spec("o.yaml", text=text)))
+                    _ASSIGNS[key] = True
+                except SpecError:
+                    _ASSIGNS[key] = False
+            _FITS[cid, loss, opt] = _ASSIGNS[key]
     return _FITS[cid, loss, opt]
 
 

@@ -39,18 +39,21 @@ def val():
     return load_dataset("digits", None, (1, 8, 8), 10)
 
 
-def test_png_files_get_the_eval_classes(trained, val, tmp_path):
+@pytest.mark.parametrize("suffix", ["png", "jpg"])
+def test_image_files_get_the_eval_classes(trained, val, tmp_path, suffix):
     r = run("eval", trained, "--dump-correct", tmp_path / "c.npy")
     assert r.exit_code == 0, r.output
     correct = np.load(tmp_path / "c.npy")[:N].astype(bool)
-    folder = tmp_path / "png"
+    folder = tmp_path / suffix
     folder.mkdir()
-    for i in range(N):       # the stored pixels are k/16: written as 8-bit grey
-        Image.fromarray(np.round(val.x_val[i, 0] * 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
+    for i in range(N):       # the stored pixels are k/16: written as 8-bit grey (JPEG at quality 100:
+        # one 8×8 block, within a grey level of the PNG; at quality 75, 10 of 360 classes change)
+        Image.fromarray(np.round(val.x_val[i, 0] * 255).astype(np.uint8)).save(folder / f"{i:03d}.{suffix}",
+                                                                               quality=100)
     r = run("predict", trained, folder, "--json", "--top-k", "3")
     assert r.exit_code == 0, r.output
     got = [json.loads(line) for line in r.stdout.splitlines()]
-    assert [g["file"] for g in got] == [str(folder / f"{i:03d}.png") for i in range(N)]
+    assert [g["file"] for g in got] == [str(folder / f"{i:03d}.{suffix}") for i in range(N)]
     classes = np.array([g["top"][0]["class"] for g in got])
     assert np.array_equal(classes == val.y_val[:N], correct)
     assert all(len(g["top"]) == 3 and len(g["logits"]) == 10 and g["top"][0]["name"] == str(g["top"][0]["class"])
@@ -107,6 +110,7 @@ def test_python_api(trained, tmp_path):
 @pytest.mark.parametrize("spec, dataset, suffixes", [
     ("unet_digits", "digits_seg", (".mask.png", ".overlay.png")),
     ("yolo_digits", "digits_det", (".boxes.png",)),
+    ("detr_digits", "digits_det", (".boxes.png",)),
 ])
 def test_dense_outputs_are_written(spec, dataset, suffixes, tmp_path):
     out = tmp_path / "R"

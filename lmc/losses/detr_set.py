@@ -32,6 +32,7 @@ import numpy as np
 from lmc.core.errors import DataError
 from lmc.core.types import f32
 from lmc.losses import BOXES, Loss, Rule, register
+from lmc.losses._yolo_decode import BOX_CH as YOLO_BOX_CH      # the single-box grid target: 2 boxes × 5 before the classes
 
 EOS_COEF = 0.1                              # the "no object" class's CE weight
 W_CE, W_L1, W_GIOU = 1.0, 5.0, 2.0          # the loss terms' weights
@@ -39,7 +40,6 @@ COST_CLASS, COST_BBOX, COST_GIOU = 1.0, 5.0, 2.0   # the matching cost's weights
 TINY = 1e-9                                 # the union and enclosing area are clamped at this
 BOX = 4                                     # cx, cy, w, h after the class logits
 LABEL_COLS = 6                              # class id, cx, cy, w, h, match mask
-YOLO_BOX_CH = 10                            # the single-box grid target: 2 boxes × 5 before the classes
 
 
 def corners(xp, b):

@@ -33,13 +33,12 @@ import numpy as np
 from lmc.core.types import TensorType, f32, flt
 from lmc.losses import BOXES, Loss, Rule, detach, register
 from lmc.core.render import render_template, sig
+from lmc.losses._yolo_decode import BOX_CH, EXP_CAP, decode, ground_truth
 from lmc.losses.boxes import as_list, encode_fpn
 
 LAMBDA_COORD, LAMBDA_NOOBJ, EPS = 5.0, 0.5, 1e-6
-BOX_CH = 10                   # channels before the class scores (2 boxes × 5)
 W_FLOOR = 1e-12               # the focal weight's floor (§6.1)
 SLOT_MIN = 6                  # an anchor slot: tx, ty, tw, th, obj and at least one class
-EXP_CAP = 8.0                 # tw, th are capped before exp (iree.md §5 #16: exp overflow → NaN)
 TINY = 1e-9                   # the DIoU union and enclosing diagonal are clamped at this
 
 
@@ -60,20 +59,6 @@ def diou(xp, z, t, aw=1.0, ah=1.0):
     eh = xp.maximum(cy + h / 2, cyt + ht / 2) - xp.minimum(cy - h / 2, cyt - ht / 2)
     c2 = xp.maximum(ew ** 2 + eh ** 2, TINY)
     return inter / union - ((cx - cxt) ** 2 + (cy - cyt) ** 2) / c2
-
-
-def _decode_slot(z, aw, ah):
-    """One anchor slot [B, 5 + NC, gH, gW] → (boxes [B, cells, 4], scores, classes), the σ/exp
-    parameterization of its DIoU term, score = σ(obj) × top class probability."""
-    b, s, gh, gw = z.shape
-    ii, jj = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
-    sig = lambda v: 1 / (1 + np.exp(-v))      # noqa: E731
-    cx, cy = (jj + sig(z[:, 0])) / gw, (ii + sig(z[:, 1])) / gh
-    w, h = aw * np.exp(np.minimum(z[:, 2], EXP_CAP)), ah * np.exp(np.minimum(z[:, 3], EXP_CAP))
-    c = z[:, 5:] - z[:, 5:].max(axis=1, keepdims=True)
-    prob = np.exp(c) / np.exp(c).sum(axis=1, keepdims=True)
-    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(b, -1, 4)
-    return boxes, (sig(z[:, 4]) * prob.max(axis=1)).reshape(b, -1), prob.argmax(axis=1).reshape(b, -1)
 
 
 @register("yolov1_masked")
@@ -357,63 +342,9 @@ class YoloV1Masked(Loss):
         return 0, 0
 
     def decode(self, z: np.ndarray):
-        """Predictions z [B, P, gH, gW] → per cell boxes [B, gH·gW, 4] (x0, y0, x1, y1 in image
-        units [0, 1]), scores [B, gH·gW] = confidence × top class probability (the confidence
-        through σ when use_focal trained it as a logit, as the loss reads it) and classes; box0
-        only (box1 is never trained)."""
-        if self.fpn:
-            parts = [self._scale(an).decode(z[:, off:off + n].reshape(len(z), len(an) * slot, g, g))
-                     for off, n, g, an, slot in self.fpn_slots(z.shape[1])]
-            return tuple(np.concatenate(x, axis=1) for x in zip(*parts))
-        b, p, gh, gw = z.shape
-        z = z.astype(np.float64)
-        if self.anchors:                  # per anchor slot, its prior, σ on the objectness logit
-            s = p // len(self.anchors)
-            parts = [_decode_slot(z[:, k * s:(k + 1) * s], aw, ah) for k, (aw, ah) in enumerate(self.anchors)]
-            return tuple(np.concatenate(x, axis=1) for x in zip(*parts))
-        conf = 1 / (1 + np.exp(-z[:, 4])) if self.focal else np.clip(z[:, 4], 0.0, 1.0)
-        c = z[:, BOX_CH:p] - z[:, BOX_CH:p].max(axis=1, keepdims=True)
-        prob = np.exp(c) / np.exp(c).sum(axis=1, keepdims=True)
-        ii, jj = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
-        if self.diou:                     # the σ/exp parameterization the DIoU term trains
-            cx, cy = (jj + 1 / (1 + np.exp(-z[:, 0]))) / gw, (ii + 1 / (1 + np.exp(-z[:, 1]))) / gh
-            w, h = np.exp(np.minimum(z[:, 2], EXP_CAP)), np.exp(np.minimum(z[:, 3], EXP_CAP))
-        else:
-            cx, cy = (jj + z[:, 0]) / gw, (ii + z[:, 1]) / gh
-            w, h = np.clip(z[:, 2], 0.0, 1.0), np.clip(z[:, 3], 0.0, 1.0)
-        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(b, -1, 4)
-        return boxes, (conf * prob.max(axis=1)).reshape(b, -1), prob.argmax(axis=1).reshape(b, -1)
+        """Predictions → per cell boxes, scores, classes (lmc/losses/_yolo_decode.py)."""
+        return decode(self, z)
 
     def ground_truth(self, t: np.ndarray):
-        """Labels t → per image (boxes [n, 4] in image units, classes [n]): single box
-        [B, P + 1, gH, gW] (mask last), or per anchor slot (its objectness channel)."""
-        if t.ndim == 3:                   # box lists (lmc/losses/boxes.py)
-            out = []
-            for b in t:
-                b = b[b[:, 0] >= 0].astype(np.float64)
-                cx, cy, w, h = b[:, 1], b[:, 2], b[:, 3], b[:, 4]
-                out.append((np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(-1, 4),
-                            b[:, 0].astype(np.int64)))
-            return out
-        if self.fpn and t.ndim == 2:
-            per = [self._scale(an).ground_truth(t[:, off:off + n].reshape(len(t), len(an) * slot, g, g))
-                   for off, n, g, an, slot in self.fpn_slots(t.shape[1])]
-            return [(np.concatenate([p[k][0] for p in per]), np.concatenate([p[k][1] for p in per]))
-                    for k in range(len(t))]
-        b, c, gh, gw = t.shape
-        if self.anchors and not self.fpn:         # (the FPN path reads single-box grids too)
-            s = c // len(self.anchors)
-            slots = [(k * s, k * s + 4, k * s + 5, (k + 1) * s) for k in range(len(self.anchors))]
-        else:
-            slots = [(0, c - 1, BOX_CH, c - 1)]
-        out = []
-        for k in range(b):
-            boxes, classes = [], []
-            for o, mch, c0, c1 in slots:
-                ii, jj = np.nonzero(t[k, mch] > 0.5)
-                x, y, w, h = (t[k, o + d, ii, jj].astype(np.float64) for d in range(4))
-                cx, cy = (jj + x) / gw, (ii + y) / gh
-                boxes.append(np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1).reshape(-1, 4))
-                classes.append(t[k, c0:c1, ii, jj].argmax(axis=-1) if len(ii) else np.zeros(0, np.int64))
-            out.append((np.concatenate(boxes), np.concatenate(classes)))
-        return out
+        """Labels → per image (boxes, classes) (lmc/losses/_yolo_decode.py)."""
+        return ground_truth(self, t)

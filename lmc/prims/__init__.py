@@ -26,6 +26,7 @@ file is what makes it lower.
 """
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import numpy as np
@@ -97,7 +98,7 @@ class Prim:
     @classmethod
     def lowered(cls) -> bool:
         """Whether the primitive has its template (else it is declared only)."""
-        return (TEMPLATES / "prims" / f"{cls.name}.mlir.j2").is_file()
+        return _has_template(cls.name)
 
     def infer(self, ins: list[TensorType], ps: list[TensorType]) -> tuple[TensorType, int]:
         raise NotImplementedError
@@ -168,6 +169,12 @@ class Elementwise(Prim):
     def layouts(self, ins, ps):
         same = all(t.rank == 4 and t.dims == ins[0].dims for t in ins)
         return ("nchw", "hbwc") if ins and same else ("nchw",)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_template(name: str) -> bool:
+    """Whether templates/prims/NAME.mlir.j2 exists (asked for every node of every infer: stat once)."""
+    return (TEMPLATES / "prims" / f"{name}.mlir.j2").is_file()
 
 
 def make_prim(name: str, **attrs) -> Prim:

@@ -208,3 +208,10 @@ class OuterProductMean(Prim):
         o = xp.einsum("bsic,bsjd->bijcd", a, a) / msa.shape[1]
         o = o.reshape(o.shape[:3] + (-1,))
         return o[..., np.arange(channels) % o.shape[-1]]
+
+    def onnx(self, b, ins, ps, st):
+        s, c = b.ins[0].dims[1], b.pt[0].dims[1]
+        a = b.op("MatMul", ins[0], ps[0])                                                     # [B, S, R, c]
+        o = b.op("Mul", b.op("Einsum", a, a, equation="bsic,bsjd->bijcd"), b.const(1.0 / s))   # [B, R, R, c, c]
+        o = b.op("Reshape", o, b.ints([0, 0, 0, c * c]))                                       # 0: keep B, R, R
+        return b.op("Gather", o, b.ints(np.arange(self.channels) % (c * c)), axis=3)
