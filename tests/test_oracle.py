@@ -504,7 +504,9 @@ def run_oracle(layers, x_dims, style, loss, opt, seed=0, cases=None):
                 gain = o.step_gain({s: O[(s, p.name)] for s in o.slots}, oslots, noise=m_floor, **ohp)   # O: old slots
                 lr = float(jhp["lr"]) * (float(jhp["head_lr_mult"]) if p.name in a.head else 1.0)
                 m_scale = max(_first_moment(o, oslots, step), m_floor)
-                allowed = _param_allowance(gain, upds[p.name], lr, m_scale) + upd_floor
+                # × the optimizer's declared oracle_tolerance (Shampoo's inverse roots amplify the
+                # gradient's f32 error: lmc/optim/shampoo.py), as test_train_oracle applies it
+                allowed = o.oracle_tolerance * _param_allowance(gain, upds[p.name], lr, m_scale) + upd_floor
                 check("param", f"param {p.name}", out[i], nJP[p.name], allowed)
                 P[p.name] = out[i]
             for j, k in enumerate(a.opt_keys):
