@@ -17,7 +17,10 @@ from lmc.cli import app  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.iree]
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SHOWCASE = ["digits_separable", "digits_shuffle", "digits_darknet", "digits_fpn_yolo", "mamba_lm",
-            "unet_digits_dice", "unet_digits_dice_ce", "unet_digits_weighted_ce", "unet_digits_focal", "wavenet_lm", "nerf_image", "chain_fold"]
+            "unet_digits_dice", "unet_digits_dice_ce", "unet_digits_weighted_ce", "unet_digits_focal", "wavenet_lm", "nerf_image", "chain_fold",
+            "digits_bottleneck", "digits_convnext", "digits_swin", "digits_densenet", "digits_squeezenet",
+            "digits_googlenet", "digits_csp", "digits_efficientnet_v2", "digits_mobilenet_v3", "digits_mobilevit",
+            "digits_shufflenet_v2", "digits_mobilenet_v4", "deeplab_digits"]
 
 
 @pytest.mark.parametrize("stem", SHOWCASE)
