@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import signal
 
 import pytest
+
+# A run started in the background (nohup, `make test &`) inherits SIGINT ignored, and so would the
+# subprocesses of the Ctrl-C tests (test_train, test_dist, test_loader_workers): a child exec'd from
+# a process that handles SIGINT gets the default disposition back, as under a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 try:        # the loss references' xp contract (lmc.losses.detach): the oracle's jax.numpy stops gradients
     import jax
