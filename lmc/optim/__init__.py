@@ -85,11 +85,13 @@ class Optimizer:
         return None
 
     @classmethod
-    def step_gain(cls, old: dict, new: dict, noise: float = 0.0, **hp):
+    def step_gain(cls, old: dict, new: dict, noise: float = 0.0, w=None, wd: float = 0.0, decay: bool = False, **hp):
         """`error_gain` given the step's slots before (`old`) and after (`new`): an update that is
         not a smooth function of the new slots alone (Lion's sign of an interpolation of the old
-        momentum and the gradient) needs both.  `noise`: the net-wide first-moment size below
-        which a value is f32 rounding noise (the oracle's floor).  By default, error_gain(new)."""
+        momentum and the gradient) needs both; one scaled by a norm of the whole tensor (LAMB's
+        trust ratio) also needs the tensor before the step `w`, the weight decay `wd` and whether
+        the tensor takes decay.  `noise`: the net-wide first-moment size below which a value is
+        f32 rounding noise (the oracle's floor).  By default, error_gain(new)."""
         return cls.error_gain(new, **hp)
 
     @staticmethod

@@ -6,6 +6,8 @@ first step), and 1 for the tensors excluded from decay (wd_exclude_norm_bias's n
 as timm and the Lean kit do).  β1 0.9, β2 0.999, ε 1e-6 (runtime values, never baked in)."""
 from __future__ import annotations
 
+import numpy as np
+
 from lmc.optim import Optimizer, register
 from lmc.optim.adam import Adam, adam_direction
 
@@ -27,9 +29,24 @@ class Lamb(Optimizer):
         # the norms reduce over every dim of the tensor
         return {"axes": ", ".join(str(d) for d in range(p.type.rank))}
 
-    # as Adam's: the step divides by √v̂ elementwise (the trust ratio is one factor per tensor,
-    # a relative error of the whole step that RTOL·|update| already covers)
-    error_gain = staticmethod(Adam.error_gain)
+    @classmethod
+    def step_gain(cls, old, new, noise=0.0, w=None, wd=0.0, decay=False, beta1=0.9, beta2=0.999, eps=1e-6, t=1):
+        # Adam's gain g_i = 1/(√v̂ + ε) carries an error δ of the gradient's scale into the
+        # direction, δr_i ∝ g_i.  Where the trust ratio applies, the step is lr·‖θ‖·r/‖r‖, and to
+        # first order its error is lr·trust·(δr_i + |r_i|·‖δr‖/‖r‖): the trust multiplies the
+        # gain, and the normalisation spreads the whole tensor's error onto each element.  Both
+        # matter where r is rounding noise (attention's key bias, whose true gradient is exactly
+        # zero: the trust ratio then turns noise into a step of norm lr·‖θ‖).
+        gain = Adam.error_gain(new, beta1=beta1, beta2=beta2, eps=eps, t=t)
+        if not decay or w is None:
+            return gain
+        w = np.asarray(w, np.float64)
+        m, v = np.asarray(new["m"], np.float64), np.asarray(new["v"], np.float64)
+        r = (m / (1 - beta1 ** t)) / (np.sqrt(v / (1 - beta2 ** t)) + eps) + wd * w
+        wn, rn = float(np.linalg.norm(w)), float(np.linalg.norm(r))
+        if wn == 0 or rn == 0:
+            return gain
+        return wn / rn * (gain + np.abs(r) * float(np.linalg.norm(gain)) / rn)
 
     @staticmethod
     def reference(xp, w, g, slots, lr, wd, decay, beta1, beta2, eps, t):

@@ -33,7 +33,7 @@ class Lion(Optimizer):
         return {"beta1": cfg.lion_beta1, "beta2": cfg.lion_beta2}
 
     @classmethod
-    def step_gain(cls, old, new, beta1, beta2, noise=0.0):
+    def step_gain(cls, old, new, beta1, beta2, noise=0.0, **_):
         # sign(c) is not continuous: where |c| is small, the f32 error of the gradient (the
         # oracle compares with float64) can flip it, a 2·lr difference no first-order bound
         # covers.  Measured on the oracle's nets, flips reach a few % of the tensor's largest |c|
