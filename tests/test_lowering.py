@@ -276,3 +276,16 @@ def test_wd_exclude_norm_bias_spares_positional_embeddings(spec, pos):
     assert decayed and all(names[n].type.rank >= 2 and names[n].role == "weight" for n in decayed)
     off = abi(infer(load_spec(root / f"{spec}.yaml", ["train.weight_decay=0.05"])))
     assert off.decay(pos)                      # off: every tensor decays (the kit's legacy behaviour)
+
+
+def test_every_shared_macro_file_is_imported_by_a_template():
+    """templates/**/_*.j2 hold macros shared between templates (Adam's moments, the coupled and
+    decoupled decays, the dot of flash_attn, ...): each must be imported by some template — a
+    macro file nothing imports is dead code that reads as if it were used."""
+    root = Path(__file__).resolve().parent.parent / "templates"
+    shared = {p.relative_to(root).as_posix() for p in root.rglob("_*.j2")}
+    assert shared, "no shared macro files found"
+    imported = set()
+    for p in root.rglob("*.j2"):
+        imported |= set(re.findall(r'{%-?\s*(?:from|import)\s+"([^"]+)"', p.read_text()))
+    assert shared <= imported, f"never imported: {sorted(shared - imported)}"
