@@ -2,7 +2,9 @@
 
 `lmc.load(RUN)`, `lmc.train(SPEC, **overrides)`: the Python API (lmc/api.py, docs/api.md),
 imported on first use so that `import lmc` (and `lmc --help`) stays light."""
-from lmc._version import __version__  # noqa: F401
+from lmc._version import __version__
+
+__all__ = ["__version__"]          # and, on first use, load / train / Model (below)
 
 _API = ("load", "train", "Model")
 

@@ -3,4 +3,4 @@
 from .app import app, main
 from . import commands, export, predict, trust  # noqa: F401  (each registers its commands on `app`)
 
-__all__ = ["app", "main", "commands", "export", "trust"]
+__all__ = ["app", "main", "commands", "export", "predict", "trust"]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from lmc.evaluate.score import EvalResult
 from lmc.lower.options import LowerOptions
-from lmc.run.rundir import CHECKPOINT  # noqa: F401  (the run directory's files: lmc/run/rundir.py)
 
 METRICS = "metrics.jsonl"
 VOCAB_FILE = "vocab.json"       # a char-level text run's vocabulary (also in every checkpoint's metadata)

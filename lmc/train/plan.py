@@ -37,12 +37,12 @@ from lmc.losses.boxes import BoxAffine
 from lmc.lower.lowering import abi, lower
 from lmc.run import dist
 from lmc.run.checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash
-from lmc.run.rundir import RUN_FILE, RUN_FORMAT, SPEC_FILE, data_differences, read_run_info, saved_spec
+from lmc.run.rundir import CHECKPOINT, RUN_FILE, RUN_FORMAT, SPEC_FILE, data_differences, read_run_info, saved_spec
 from lmc.run.runtime import Module, check_device
 from lmc.spec.netspec import resolved_data, resolved_yaml
 from lmc.train.tboard import require_tensorboard
 from lmc.train.metrics_log import MetricsLog, NoMetrics, now
-from lmc.train.options import CHECKPOINT, METRICS, VOCAB_FILE, TrainOptions
+from lmc.train.options import METRICS, VOCAB_FILE, TrainOptions
 from lmc.train.schedule import schedule_name
 from lmc.train.state import region_names
 from lmc.train.steps import Stop, StepStrategy, choose, lr_at
