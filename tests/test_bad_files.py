@@ -56,7 +56,7 @@ def _bad_checkpoints(tmp_path: Path, good: Path) -> dict[str, tuple[Path, str]]:
     p = tmp_path / "zero.npz"; p.write_bytes(b""); out["zero bytes"] = (p, "empty (0 bytes)")
     p = tmp_path / "dir.npz"; p.mkdir(); out["a directory"] = (p, "is a directory")
     p = tmp_path / "pickle.npz"; p.write_bytes(b"\x80\x04" + bytes(range(200))); out["not numpy"] = (p, "not a readable .npz")
-    p = tmp_path / "bad.safetensors"; p.write_bytes(b"garbage"); out["safetensors garbage"] = (p, "not a safetensors file")
+    p = tmp_path / "bad.safetensors"; p.write_bytes(b"garbage"); out["safetensors garbage"] = (p, "not a readable safetensors file")
     p = tmp_path / "trunc.safetensors"; p.write_bytes((200).to_bytes(8, "little") + b'{"a": {"dtype": "F32", "shape": [10], "data_offsets": [0, 40]}}'.ljust(200) + b"\0" * 8)
     out["truncated safetensors"] = (p, "trunc.safetensors")
     p = tmp_path / "zero.safetensors"; p.write_bytes(b""); out["empty safetensors"] = (p, "empty (0 bytes)")
