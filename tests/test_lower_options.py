@@ -22,7 +22,7 @@ from lmc.spec.netspec import load_spec
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 RECIPE = DATA / "recipe.yaml"
-DEFAULTS = {"conv_form": "matmul", "bf16_form": "convert", "layout": "hbwc", "inplace": "on", "packed": "auto"}
+DEFAULTS = {"conv_form": "winograd", "bf16_form": "convert", "layout": "hbwc", "inplace": "on", "packed": "auto"}
 # a conv run that the layout pass keeps in HBWC (conv → conv), a dense head, a recipe
 CONVS = """\
 name: convs
@@ -55,7 +55,7 @@ def no_lmc_env(monkeypatch):
 def test_defaults_are_todays_and_describe_themselves():
     o = LowerOptions()
     assert o.as_dict() == DEFAULTS
-    assert o.describe() == "conv_form=matmul, bf16_form=convert, layout=hbwc, inplace=on, packed=auto"
+    assert o.describe() == "conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=on, packed=auto"
     assert o.canonical() == json.dumps(DEFAULTS, sort_keys=True, separators=(",", ":"))
     assert o.hbwc and o.tie
     assert not LowerOptions(layout="nchw").hbwc and not LowerOptions(inplace="off").tie
@@ -197,7 +197,7 @@ def test_bench_states_the_options(monkeypatch):
     monkeypatch.setattr(commands, "bench", fake_bench)
     r = run(["bench", RECIPE, "--json"], env={"LMC_INPLACE": "off"})
     assert r.exit_code == 0, r.output
-    assert "lowering options: conv_form=matmul, bf16_form=convert, layout=hbwc, inplace=off, packed=auto" in r.stderr
+    assert "lowering options: conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=off, packed=auto" in r.stderr
     assert seen == [LowerOptions(inplace="off")]
     assert json.loads(r.stdout)["lower_options"]["inplace"] == "off"
 

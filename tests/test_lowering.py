@@ -212,12 +212,28 @@ def test_conv_form_selects_the_spelling(tmp_path, monkeypatch):
     assert lower(net, backend="cuda") == matmul
 
 
+def test_winograd_takes_the_stride1_3x3_convs_only(tmp_path):
+    """conv_form "winograd" (the default) spells a conv as conv_winograd where it covers it
+    (stride 1, 3×3, one group, 8+ channels each side) and leaves every other conv to conv's
+    forms; "matmul" leaves them all."""
+    src = CNN.replace("channels: 2, height: 8", "channels: 8, height: 8").replace(
+        "conv2d: {ic: 2, oc: 4, k_size: 3}", "conv2d: {ic: 8, oc: 8, k_size: 3}").replace(
+        "conv_bn: {ic: 4, oc: 4", "conv_bn: {ic: 8, oc: 8").replace("fan_in: 16", "fan_in: 32")
+    net = infer(load_spec(_write(tmp_path, "cnn8", src)))
+    text = lower(net)
+    assert text.count("func.func private @conv_winograd_fwd_") == 1       # the stride-1 conv
+    assert text.count("func.func private @conv_fwd_") == 1                # the stride-2 one
+    matmul = lower(net, options=LowerOptions(conv_form="matmul"))
+    assert "conv_winograd" not in matmul and matmul.count("func.func private @conv_fwd_") == 2
+    assert "conv_winograd" not in lower(infer(load_spec(_write(tmp_path, "cnn", CNN))))   # 2–4 channels
+
+
 def test_conv_form_rejects_unknown_values(tmp_path):
     path = _write(tmp_path, "cnn", CNN)
-    env = {**os.environ, "LMC_CONV_FORM": "winograd"}
+    env = {**os.environ, "LMC_CONV_FORM": "fft"}
     r = subprocess.run([sys.executable, "-m", "lmc.cli", "render", str(path)], capture_output=True, text=True, env=env)
     assert r.returncode == 2, r.stderr
-    assert "LMC_CONV_FORM='winograd': expected one of matmul, direct" in r.stderr
+    assert "LMC_CONV_FORM='fft': expected one of winograd, matmul, direct" in r.stderr
     assert "Traceback" not in r.stderr
 
 

@@ -20,7 +20,9 @@ class ConvBn(Layer):
     pad: Padding = Padding.same
     examples: ClassVar = [(dict(ic=3, oc=4, k_size=3, stride=1), TensorType((2, 3, 5, 5))),
                           (dict(ic=2, oc=3, k_size=3, stride=2), TensorType((2, 2, 6, 6))),
-                          (dict(ic=2, oc=3, k_size=7, stride=2), TensorType((1, 2, 9, 9)))]
+                          (dict(ic=2, oc=3, k_size=7, stride=2), TensorType((1, 2, 9, 9))),
+                          # enough channels for conv's Winograd form (lmc/prims/conv_winograd.py)
+                          (dict(ic=8, oc=8, k_size=3, stride=1), TensorType((2, 8, 5, 5)))]
     rejects: ClassVar = [(dict(ic=3, oc=4, k_size=3), (2, 4, 6, 6), ["ic=3", "4 channels"])]
 
     def build(self, g, x, net):

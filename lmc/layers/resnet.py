@@ -23,7 +23,9 @@ class ResidualBlock(Layer):
     n_blocks: int
     first_stride: int = 1
     examples: ClassVar = [(dict(ic=2, oc=2, n_blocks=1, first_stride=1), TensorType((2, 2, 5, 5))),
-                          (dict(ic=2, oc=4, n_blocks=2, first_stride=2), TensorType((2, 2, 6, 6)))]
+                          (dict(ic=2, oc=4, n_blocks=2, first_stride=2), TensorType((2, 2, 6, 6))),
+                          # ResNet's stride-1 blocks: both convs in conv's Winograd form
+                          (dict(ic=8, oc=8, n_blocks=1, first_stride=1), TensorType((2, 8, 6, 6)))]
     rejects: ClassVar = [(dict(ic=4, oc=4, n_blocks=1), (2, 3, 5, 5), ["ic=4", "3 channels"])]
 
     def build(self, g, x, net):

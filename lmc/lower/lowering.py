@@ -234,7 +234,7 @@ def option_refusal(net: TypedNet, options: LowerOptions) -> SpecError | None:
     does not have.  Asked by lower() and `lmc info`, not by abi() or the check stage: they
     describe the net whatever its spelling, and the options are the command line's."""
     cfg = net.spec.train
-    if cfg is not None and cfg.bf16_conv and _FORMS[options.conv_form]:
+    if cfg is not None and cfg.bf16_conv and options.conv_form == "direct":
         return SpecError("train.bf16_conv covers the matmul form of conv, not LMC_CONV_FORM=direct's "
                          "stablehlo.convolution", net.spec.loc("train", "bf16_conv"))
     return None
@@ -327,7 +327,10 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> bool:
 # for stablehlo.convolution took > 15 minutes on resnet18 for cuda.  conv_form="direct"
 # (LowerOptions; LMC_CONV_FORM at the command line) selects the stablehlo.convolution form
 # (lmc/prims/conv_direct.py).
-_FORMS = {"matmul": {}, "direct": {"conv": "conv_direct"}}
+# conv_form="winograd" (the default) computes the stride-1 3×3 convs of enough channels by
+# Winograd F(2×2, 3×3) and every other conv as conv does (lmc/prims/conv_winograd.py,
+# benchmarks/NOTES.md); "matmul" is conv's patch matmuls alone.
+_FORMS = {"winograd": {"conv": "conv_winograd"}, "matmul": {}, "direct": {"conv": "conv_direct"}}
 
 
 
@@ -341,7 +344,9 @@ _FORMS = {"matmul": {}, "direct": {"conv": "conv_direct"}}
 def _prim_for(node: Node, forms: dict):
     alt = forms.get(node.prim.name)
     if alt:
-        return make_prim(alt, **node.prim.attrs)
+        prim = make_prim(alt, **node.prim.attrs)
+        if prim.covers([v.type for v in node.inputs], [p.type for p in node.params]):
+            return prim
     return node.prim
 
 

@@ -7,8 +7,9 @@ in the environment halfway through a lowering.
 The command line builds it once from the `LMC_*` environment variables (`from_env`); library
 callers and tests pass `LowerOptions(...)` or take the defaults, whatever the environment says.
 
-- conv_form (LMC_CONV_FORM): matmul | direct — conv as patch matmuls, or stablehlo.convolution
-  (lmc/prims/conv_direct.py);
+- conv_form (LMC_CONV_FORM): winograd | matmul | direct — conv as patch matmuls with its stride-1
+  3×3 convs by Winograd F(2×2, 3×3) (lmc/prims/conv_winograd.py), as patch matmuls only, or as
+  stablehlo.convolution (lmc/prims/conv_direct.py);
 - bf16_form (LMC_BF16_FORM): convert | emulated — train.bf16's dots (templates/prims/_dot.j2);
 - layout (LMC_LAYOUT): hbwc | nchw — the activation-layout pass on, or every value NCHW
   (lmc/graph/layout.py);
@@ -27,7 +28,7 @@ from lmc.core.fields import did_you_mean
 
 # field → (environment variable, allowed values, default first)
 CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "conv_form": ("LMC_CONV_FORM", ("matmul", "direct")),
+    "conv_form": ("LMC_CONV_FORM", ("winograd", "matmul", "direct")),
     "bf16_form": ("LMC_BF16_FORM", ("emulated", "convert")),
     "layout": ("LMC_LAYOUT", ("hbwc", "nchw")),
     "inplace": ("LMC_INPLACE", ("on", "off")),
@@ -46,7 +47,7 @@ def switch(name: str, allowed, default: str, environ=None) -> str:
 
 @dataclass(frozen=True)
 class LowerOptions:
-    conv_form: str = "matmul"
+    conv_form: str = "winograd"
     bf16_form: str = "convert"
     layout: str = "hbwc"
     inplace: str = "on"
@@ -71,7 +72,7 @@ class LowerOptions:
         return asdict(self)
 
     def describe(self) -> str:
-        """One line for logs: `conv_form=matmul, bf16_form=convert, …`."""
+        """One line for logs: `conv_form=winograd, bf16_form=convert, …`."""
         return ", ".join(f"{k}={v}" for k, v in self.as_dict().items())
 
     def canonical(self) -> str:

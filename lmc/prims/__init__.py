@@ -75,6 +75,11 @@ class Prim:
         for k, v in attrs.items():
             setattr(self, k, v)
 
+    def covers(self, ins, ps) -> bool:
+        """As an alternative spelling of another primitive (the lowering's forms): whether it
+        takes an instance with these (logical) types; where not, the original stays."""
+        return True
+
     def conv_matmuls(self, ins, ps) -> bool:
         """Whether this instance computes a convolution as patch matmuls (conv's matmul form)."""
         return False

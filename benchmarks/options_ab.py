@@ -1,0 +1,61 @@
+"""A/B of one lowering option (lmc/lower/options.py) on whole train steps: the same net lowered
+with each value of the option (the other LMC_* switches as this command line sets them),
+compiled alike, the train steps timed interleaved in one process (micro.interleave: medians of
+wall and process CPU ms per step).  Prints each module's compile time (0 if cached) and
+dot_general count.
+
+    python benchmarks/options_ab.py --option conv_form --values matmul winograd \\
+        [--nets mnist_cnn cifar_cnn_bn resnet18] [--reps 9] [--set train.batch_size=64]"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import micro                          # noqa: E402
+from lmc.graph.infer import infer  # noqa: E402
+from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import CHOICES, LowerOptions  # noqa: E402
+from lmc.spec.netspec import load_spec  # noqa: E402
+from lmc.train.bench import stepper  # noqa: E402
+
+NETS = {"mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_size=128"],
+        "resnet18": ["train.batch_size=128", "input.height=32", "input.width=32"],
+        "mobilenet_v2": ["train.batch_size=128", "input.height=32", "input.width=32"],
+        "efficientnet_b0": ["train.batch_size=128", "input.height=32", "input.width=32"],
+        "vit_tiny": ["train.batch_size=64"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--option", required=True, choices=sorted(CHOICES))
+    ap.add_argument("--values", nargs="+", required=True)
+    ap.add_argument("--nets", nargs="*", default=["mnist_cnn", "cifar_cnn_bn", "resnet18"])
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--set", action="append", default=[], help="extra spec overrides for every net")
+    args = ap.parse_args()
+    for name in args.nets:
+        net = infer(load_spec(ROOT / "specs" / f"{name}.yaml", NETS.get(name, []) + args.set))
+        cands = {}
+        for v in args.values:
+            options = dataclasses.replace(LowerOptions.from_env(), **{args.option: v})
+            text = lower(net, options=options)
+            t0 = time.perf_counter()
+            m = micro.load(text, options=options)
+            print(f"{name} {args.option}={v}: {text.count('stablehlo.dot_general')} dot_generals, "
+                  f"compile {time.perf_counter() - t0:.1f} s (0 if cached)", flush=True)
+            cands[v] = stepper(net, m)[0]
+        print(f"  {micro.load_avg()}", flush=True)
+        r = micro.interleave(cands, reps=args.reps, cpu=True)
+        print(f"  {name}: " + ", ".join(f"{k} {w:.1f} ms (CPU {c:.1f})" for k, (w, c) in r.items()),
+              micro.load_avg(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
