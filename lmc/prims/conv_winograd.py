@@ -35,9 +35,10 @@ def _t(*d) -> str:
 
 def _dense(a) -> str:
     a = np.asarray(a, np.float64)
-    if a.ndim == 1:
-        return f"dense<[{', '.join(repr(float(v)) for v in a)}]> : {_t(*a.shape)}"
-    return f"dense<[{', '.join(_dense(r).split(' : ')[0][6:-1] for r in a)}]> : {_t(*a.shape)}"
+
+    def rec(v):
+        return "[" + ", ".join(rec(u) for u in v) + "]" if v.ndim else repr(float(v))
+    return f"dense<{rec(a)}> : {_t(*a.shape)}"
 
 
 def _stage(src, part, out, dims, kdim, terms) -> dict:
@@ -92,7 +93,6 @@ def _winograd(b, c, h, wd, o, oh, ow, lo) -> dict:
         Yf=_t(2 * T, b, 2 * S, o), yh=_t(oh, b, ow, o), ycrop=_lim((0, oh), (0, b), (0, ow), (0, o)),
         dyp=_t(2 * T, b, 2 * S, o), dyhi=f"[{2 * T - oh}, 0, {2 * S - ow}, 0]", dyr=dyr, dyc=dyc,
         DY6=_t(4, 4, T, b, S, o), DY=_t(16, N, o), dU=_t(16, c, o), dwo=_t(c, o, 9), dwt=_t(o, c, 9),
-        Vs=_t(16, T, b * S, c), DYs=_t(16, T, b * S, o), dUs=_t(16, T, c, o),
         dV=_t(16, N, c), dV6=_t(4, 4, T, b, S, c), adj_cols=[adj_cols(0), adj_cols(1)],
         adj_rows=[adj_rows(0), adj_rows(1)], G5=_t(4, T, b, S, 2, c), G4=_t(4, T, b, 2 * S, c),
         dR=_t(4, T, b, wp, c), F5=_t(T, 2, b, wp, c), F4=_t(2 * T, b, wp, c),
