@@ -29,6 +29,7 @@ candidate's costliest passes (thread-summed wall, from the last run's report).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import resource
 import shlex
@@ -56,7 +57,8 @@ def child_cpu() -> float:
 
 def compile_once(exe: str, src: Path, fl: list[str], extra: list[str], out: Path,
                  timing: bool = False) -> dict:
-    """One cold iree-compile of `src`; {"wall", "cpu", "load", "stderr", "bytes"}.  Raises on failure."""
+    """One cold iree-compile of `src`; {"wall", "cpu", "load", "stderr", "bytes", "sha"} (the vmfb's
+size and hash: a flag whose vmfb is byte-identical to the baseline's changed no code).  Raises on failure."""
     cmd = [exe, str(src), *fl, *extra, "-o", str(out)]
     if timing:
         cmd += ["--mlir-timing", "--mlir-timing-display=list"]
@@ -66,9 +68,10 @@ def compile_once(exe: str, src: Path, fl: list[str], extra: list[str], out: Path
     wall, cpu = time.perf_counter() - t0, child_cpu() - c0
     if r.returncode != 0:
         raise RuntimeError(f"{shlex.join(extra)}: {r.stderr[-2000:]}")
-    size = out.stat().st_size
+    data = out.read_bytes()
     out.unlink()
-    return {"wall": wall, "cpu": cpu, "load": load, "stderr": r.stderr, "bytes": size}
+    return {"wall": wall, "cpu": cpu, "load": load, "stderr": r.stderr, "bytes": len(data),
+            "sha": hashlib.sha256(data).hexdigest()[:12]}
 
 
 def step_ab(nets: list[str], cands: list[str], rounds: int) -> None:
@@ -140,19 +143,20 @@ def main():
                 r = compile_once(exe, src, fl, shlex.split(c), Path(d) / "m.vmfb", args.timing)
                 res[c].append(r)
                 print(f"round {rnd} | {c or '(baseline)'} | wall {r['wall']:.1f} s | cpu {r['cpu']:.1f} s | "
-                      f"load {r['load']:.1f} | vmfb {r['bytes']:,}", flush=True)
+                      f"load {r['load']:.1f} | vmfb {r['bytes']:,} {r['sha']}", flush=True)
     base = args.cands[0]
     bw = statistics.median(r["wall"] for r in res[base])
     bc = statistics.median(r["cpu"] for r in res[base])
-    print("\n| flags | wall s (runs) | CPU s (runs) | median CPU vs first | load |")
-    print("|---|---|---|---|---|")
+    print("\n| flags | wall s (runs) | CPU s (runs) | median CPU vs first | load | vmfb |")
+    print("|---|---|---|---|---|---|")
     for c in args.cands:
         w = [r["wall"] for r in res[c]]
         u = [r["cpu"] for r in res[c]]
         ld = [r["load"] for r in res[c]]
         print(f"| `{c or '(baseline)'}` | {', '.join(f'{x:.1f}' for x in w)} | {', '.join(f'{x:.1f}' for x in u)} | "
               f"{100 * (statistics.median(u) / bc - 1):+.1f}% (wall {100 * (statistics.median(w) / bw - 1):+.1f}%) | "
-              f"{min(ld):.1f}–{max(ld):.1f} |")
+              f"{min(ld):.1f}–{max(ld):.1f} | "
+              f"{'same as first' if res[c][0]['sha'] == res[base][0]['sha'] else res[c][0]['sha']} |")
     if args.timing:
         from benchmarks.compile_report import top_passes
         for c in args.cands:
