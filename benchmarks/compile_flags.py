@@ -1,11 +1,13 @@
 """Cold iree-compile time of one spec's train module under candidate flag sets, interleaved.
 
-The module is lowered once (lmc's default flags from `lmc.compile.flags()`, IREE_EXTRA_FLAGS
-included as usual), written to a temp file, and compiled `--reps` times per candidate in rounds
-A B C … A B C …, each run a fresh iree-compile process writing a throw-away .vmfb (no lmc cache
-involved, so every run is cold).  Per run: wall seconds and the child's CPU seconds (user + sys,
-from `resource.getrusage(RUSAGE_CHILDREN)` deltas — the number to trust on a shared machine) and
-the 1-minute load average at its start.  Run it under `nice -n 10` on a shared machine.  A candidate (`--cand`) is a quoted string of extra flags appended
+The module is lowered once (or read from `--mlir FILE`), written to a temp file, and compiled
+with lmc's flags (`lmc.compile.flags()`, IREE_EXTRA_FLAGS included as usual) plus each
+candidate's, `--reps` times per candidate in rounds A B C … A B C …, each run a fresh
+iree-compile process writing a throw-away .vmfb (no lmc cache involved, so every run is cold).
+Per run: wall seconds, the child's CPU seconds (user + sys, from
+`resource.getrusage(RUSAGE_CHILDREN)` deltas — the number to trust on a shared machine), the
+1-minute load average at its start, and the vmfb's size and hash.  Run it under `nice -n 10` on
+a shared machine.  A candidate (`--cand`) is a quoted string of extra flags appended
 after lmc's (later flags win); the empty string is the baseline.
 
     python benchmarks/compile_flags.py --spec specs/mobilenet_v2.yaml \
