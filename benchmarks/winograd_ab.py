@@ -5,7 +5,8 @@ kernel flipped: same cost, not timed separately.)
 
 Each candidate is a standalone `module @model` with one function
     @conv(x: [H, B, W, C] (HBWC, lmc's internal activation layout), w: [O, C, 3, 3]) -> y: [H, B, W, O]
-  lmc        lmc's conv_fwd for that layer, cut out of mnist_cnn's lowered module (the 3 row
+  lmc        lmc's conv_fwd for that layer, cut out of mnist_cnn's lowered module under
+             conv_form "matmul" (the 3 row
              matmuls, K = 3·C, over the padded input's column slices), y only returned
   lmc+P      the same, also returning the patches x_P it saves for the backward (the train step's fwd)
   lmc.mm     its 3 row matmuls and their sum alone, on given patches
@@ -57,6 +58,7 @@ import micro                               # noqa: E402
 from lmc.compile import compile_module, find_compiler, flags  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.run.runtime import Module  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
@@ -96,7 +98,10 @@ _MNIST = []
 def lmc_fwd(h: int, c: int, o: int) -> tuple[str, str]:
     """(name, text) of lmc's conv_fwd for this shape, cut out of mnist_cnn's lowered module."""
     if not _MNIST:
-        _MNIST.append(lower(infer(load_spec(ROOT / "specs" / "mnist_cnn.yaml", [f"train.batch_size={B}"]))))
+        # the row-matmul form (conv_form "matmul"; the default now spells these convs as
+        # conv_winograd, the build of this probe's F(2×2,3×3))
+        _MNIST.append(lower(infer(load_spec(ROOT / "specs" / "mnist_cnn.yaml", [f"train.batch_size={B}"])),
+                            options=LowerOptions(conv_form="matmul")))
     text = _MNIST[0]
     sig = f"(%x: {t(h, B, h, c)}, %w: {t(o, c, 3, 3)})"
     m = re.search(r"^func\.func private @(conv_fwd_\w+)" + re.escape(sig) + r".*?^}\n", text, re.M | re.S)

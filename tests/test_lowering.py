@@ -226,6 +226,10 @@ def test_winograd_takes_the_stride1_3x3_convs_only(tmp_path):
     matmul = lower(net, options=LowerOptions(conv_form="matmul"))
     assert "conv_winograd" not in matmul and matmul.count("func.func private @conv_fwd_") == 2
     assert "conv_winograd" not in lower(infer(load_spec(_write(tmp_path, "cnn", CNN))))   # 2–4 channels
+    # train.bf16_conv keeps the row matmuls (ConvWinograd.takes_bf16: data tiling refuses its products)
+    bf = infer(load_spec(_write(tmp_path, "cnn8bf", src.replace("epochs: 1}", "epochs: 1, bf16: true, bf16_conv: true}"))))
+    text = lower(bf)
+    assert "conv_winograd" not in text and text.count("func.func private @conv_fwd_") == 2 and "xbf16>" in text
 
 
 def test_conv_form_rejects_unknown_values(tmp_path):

@@ -341,11 +341,14 @@ _FORMS = {"winograd": {"conv": "conv_winograd"}, "matmul": {}, "direct": {"conv"
 # LowerOptions.bf16_form picks one.
 
 
-def _prim_for(node: Node, forms: dict):
-    alt = forms.get(node.prim.name)
+def _prim_for(node: Node, em: "_Emitter"):
+    """The node's primitive in the lowering's spelling: the form's alternative where it covers
+    the instance (and, under train.bf16, takes bf16 operands), else the node's own."""
+    alt = em.forms.get(node.prim.name)
     if alt:
         prim = make_prim(alt, **node.prim.attrs)
-        if prim.covers([v.type for v in node.inputs], [p.type for p in node.params]):
+        bf16 = em.bf16 and bf16_operands(node, em.bf16_conv)
+        if prim.covers([v.type for v in node.inputs], [p.type for p in node.params]) and (prim.takes_bf16 or not bf16):
             return prim
     return node.prim
 
@@ -355,7 +358,7 @@ def _placed(net: TypedNet, em: _Emitter):
     what the forward and reverse walks visit."""
     key = id(net.graph)
     if key not in em.placed:
-        em.placed[key] = place(net.graph, net.output, lambda n: _prim_for(n, em.forms), em.options.hbwc)
+        em.placed[key] = place(net.graph, net.output, lambda n: _prim_for(n, em), em.options.hbwc)
     return em.placed[key]
 
 

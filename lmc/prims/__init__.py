@@ -75,6 +75,10 @@ class Prim:
         for k, v in attrs.items():
             setattr(self, k, v)
 
+    # as an alternative spelling: whether it may stand in for the original where the lowering
+    # gives the node bf16 matmul operands (train.bf16 / bf16_conv); where not, the original stays
+    takes_bf16: ClassVar[bool] = True
+
     def covers(self, ins, ps) -> bool:
         """As an alternative spelling of another primitive (the lowering's forms): whether it
         takes an instance with these (logical) types; where not, the original stays."""

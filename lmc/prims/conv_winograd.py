@@ -116,6 +116,9 @@ class ConvWinograd(Conv):
     # below this many input or output channels the row matmuls stay (the transforms' cost is per
     # channel, the saving per channel pair: benchmarks/NOTES.md)
     min_channels = 8
+    # train.bf16_conv keeps conv's row matmuls: bf16 modules are compiled with data tiling
+    # (lmc/compile.py), under which IREE 3.13 refuses these batched matmuls ("large vector sizes")
+    takes_bf16 = False
 
     def covers(self, ins, ps) -> bool:
         """Stride 1, one group, a 3×3 kernel whose taps all read the input, no cropping, and
