@@ -1,8 +1,8 @@
 """A/B of one lowering option (lmc/lower/options.py) on whole train steps: the same net lowered
 with each value of the option (the other LMC_* switches as this command line sets them),
 compiled alike, the train steps timed interleaved in one process (micro.interleave: medians of
-wall and process CPU ms per step).  Prints each module's compile time (0 if cached) and
-dot_general count.
+wall and process CPU ms per step).  Prints each module's compile time (0 if cached) and its
+dot_general and transpose counts.  The activation-layout A/B is `--option layout --values nchw hbwc`.
 
     python benchmarks/options_ab.py --option conv_form --values matmul winograd \\
         [--nets mnist_cnn cifar_cnn_bn resnet18] [--reps 9] [--set train.batch_size=64]"""
@@ -49,6 +49,7 @@ def main():
             t0 = time.perf_counter()
             m = micro.load(text, options=options)
             print(f"{name} {args.option}={v}: {text.count('stablehlo.dot_general')} dot_generals, "
+                  f"{text.count('stablehlo.transpose')} transposes, "
                   f"compile {time.perf_counter() - t0:.1f} s (0 if cached)", flush=True)
             cands[v] = stepper(net, m)[0]
         print(f"  {micro.load_avg()}", flush=True)
