@@ -113,8 +113,9 @@ class ConvWinograd(Conv):
         # a 2×2 map (one tile)
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [TensorType((3, 8, 2, 2))], [TensorType((8, 8, 3, 3))]),
     ]
-    # below this many input or output channels the row matmuls stay (the transforms' cost is per
-    # channel, the saving per channel pair: benchmarks/NOTES.md)
+    # below this many input or output channels the row matmuls stay: the transforms cost per
+    # channel, the products save per channel pair.  8 is a guess, not a measured crossover (the
+    # convs measured in benchmarks/NOTES.md have 32–512; the 1- and 3-channel stems stay rows)
     min_channels = 8
     # train.bf16_conv keeps conv's row matmuls: bf16 modules are compiled with data tiling
     # (lmc/compile.py), under which IREE 3.13 refuses these batched matmuls ("large vector sizes")
@@ -125,7 +126,7 @@ class ConvWinograd(Conv):
         at least `min_channels` channels in and out; the lowering keeps `conv` elsewhere."""
         (x,), (w,) = ins, ps
         b, c, h, wd = x.dims
-        o, ci, kh, kw = w.dims
+        o, _, kh, kw = w.dims
         if (self.stride, self.groups, self.tap_spacing, kh, kw) != (1, 1, 1, 3, 3) or min(self.pad) < 0:
             return False
         if c < self.min_channels or o < self.min_channels:
