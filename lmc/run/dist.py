@@ -319,9 +319,11 @@ def _supervise(cmd, env, console_err, metrics: Path, report_path: Path) -> int:
     died = [(int(m.group(1)), m.group(2), int(m.group(3))) for m in _PID.finditer(text)]
     if rc != 0 and died:
         pids = rank_pids(metrics)
-        pid, host, code = died[0]
-        who = f"rank {pids.index(pid)} (pid {pid} on {host})" if pid in pids else f"a rank (pid {pid} on {host})"
         sig = _SIGNAL.search(text)
+        # the rank the signal took: the one whose exit code is that signal's number (a peer that
+        # noticed the loss and aborted on its own can be reported first), else the first reported
+        pid, host, code = next((d for d in died if sig and d[2] == int(sig.group(2))), died[0])
+        who = f"rank {pids.index(pid)} (pid {pid} on {host})" if pid in pids else f"a rank (pid {pid} on {host})"
         how = (f"was killed by signal {sig.group(2)} ({sig.group(1).strip()})" if sig
                else f"exited with code {code}")
         if code in (2, 130) and not sig:
