@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from lmc.prims import same_pad
+from lmc.prims.attention import _shift_mask, _window_index
 
 
 # the losses PyTorch spells as F.cross_entropy (with the recipe's label smoothing): class_ce on
@@ -221,6 +222,20 @@ def _torch_ops() -> dict:
             s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=s.device).tril(), float("-inf"))
         return torch.softmax(s, -1)
 
+    consts = {}                 # window_bias's index and mask, built once per (ws, grid, shift, device)
+
+    def window_bias(ins, ps, a):
+        # Swin's relative position bias: table [(2ws−1)², heads] gathered to [heads, T, T], plus
+        # the shifted-window mask (0 / −100) → [nW, heads, T, T] (WindowBias.reference)
+        table, ws, grid, shift = ps[0], a["ws"], tuple(a["grid"]), a["shift"]
+        key = (ws, grid, shift, table.device)
+        if key not in consts:
+            consts[key] = (torch.as_tensor(_window_index(ws), device=table.device),
+                           torch.as_tensor(_shift_mask(grid, ws, shift)[:, None], dtype=table.dtype,
+                                           device=table.device))
+        idx, mask = consts[key]
+        return table[idx].permute(2, 0, 1)[None] + mask
+
     return {
         # the transformer primitives (lmc/prims/tensor.py, attention.py, norm.py: same semantics)
         "transpose": lambda ins, ps, a: ins[0].permute(*a["perm"]),
@@ -242,6 +257,10 @@ def _torch_ops() -> dict:
         "max_pool": max_pool,
         "mul": lambda ins, ps, a: ins[0] * ins[1],
         "embedding": embedding,
+        # ConvNeXt's LayerScale and Swin's shifted windows (lmc/prims/tensor.py, attention.py)
+        "scale": lambda ins, ps, a: ins[0] * ps[0].reshape((1, -1) + (1,) * (ins[0].ndim - 2)),
+        "roll": lambda ins, ps, a: torch.roll(ins[0], tuple(a["shifts"]), tuple(a["axes"])),
+        "window_bias": window_bias,
     }
 
 
