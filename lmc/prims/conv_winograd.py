@@ -92,11 +92,28 @@ def _winograd(b, c, h, wd, o, oh, ow, lo) -> dict:
         M=_t(16, N, o), M6=_t(4, 4, T, b, S, o), out1=out1, out2=out2,
         Yf=_t(2 * T, b, 2 * S, o), yh=_t(oh, b, ow, o), ycrop=_lim((0, oh), (0, b), (0, ow), (0, o)),
         dyp=_t(2 * T, b, 2 * S, o), dyhi=f"[{2 * T - oh}, 0, {2 * S - ow}, 0]", dyr=dyr, dyc=dyc,
-        DY6=_t(4, 4, T, b, S, o), DY=_t(16, N, o), dU=_t(16, c, o), dwo=_t(c, o, 9), dwt=_t(o, c, 9),
+        DY6=_t(4, 4, T, b, S, o), DY=_t(16, N, o), dU=_t(16, c, o), **_du_split(N, c, o), dwo=_t(c, o, 9), dwt=_t(o, c, 9),
         dV=_t(16, N, c), dV6=_t(4, 4, T, b, S, c), adj_cols=[adj_cols(0), adj_cols(1)],
         adj_rows=[adj_rows(0), adj_rows(1)], G5=_t(4, T, b, S, 2, c), G4=_t(4, T, b, 2 * S, c),
         dR=_t(4, T, b, wp, c), F5=_t(T, 2, b, wp, c), F4=_t(2 * T, b, wp, c),
         xcrop=_lim((lo[0], lo[0] + h), (0, b), (lo[1], lo[1] + wd), (0, c)))
+
+
+DU_CHUNK = 256      # tiles per partial product of dU (see _du_split)
+
+
+def _du_split(N: int, c: int, o: int) -> dict:
+    """dU = Σ over all N tiles of Vᵀ·DY per tile position.  IREE 3.13 runs that product (M, N
+    = channels, K = tiles in the tens of thousands) with an 8×16 register tile that streams the
+    whole K once per tile: both operands 4–8 times from memory.  Split into chunks of n tiles
+    (a free reshape of [16, N, ·] to [16·k, n, ·]), each chunk's operands stay in cache across
+    those passes; the k partial products are then summed.  n: the largest divisor of N up to
+    DU_CHUNK; no split when that leaves chunks under 64 tiles or a single chunk."""
+    n = max(d for d in range(1, min(N, DU_CHUNK) + 1) if N % d == 0)
+    k = N // n if n >= 64 else 1
+    if k == 1:
+        return dict(du_k=1)
+    return dict(du_k=k, Vs=_t(16 * k, n, c), DYs=_t(16 * k, n, o), dUs=_t(16 * k, c, o), dU4=_t(16, k, c, o))
 
 
 @primitive("conv_winograd")
@@ -112,6 +129,8 @@ class ConvWinograd(Conv):
          [TensorType((8, 10, 3, 3))]),
         # a 2×2 map (one tile)
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [TensorType((3, 8, 2, 2))], [TensorType((8, 8, 3, 3))]),
+        # 288 tiles: dU as two partial products of 144 tiles, summed (_du_split)
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [TensorType((2, 8, 24, 24))], [TensorType((8, 8, 3, 3))]),
     ]
     # below this many input or output channels the row matmuls stay: the transforms cost per
     # channel, the products save per channel pair.  8 is a guess, not a measured crossover (the
