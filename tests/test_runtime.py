@@ -58,3 +58,54 @@ def test_caller_yields_to_workers():
 def test_caller_nice_can_be_turned_off():
     r = _run("0")
     assert r["after"] == r["before"], r
+
+
+HEAP_SCRIPT = r"""
+import json, os
+from lmc.run.runtime import keep_freed_memory
+tuned = keep_freed_memory()
+heap, flags = None, ""
+lines = open("/proc/self/smaps").read().splitlines()
+for i, line in enumerate(lines):
+    if line.endswith("[heap]"):
+        lo, hi = (int(v, 16) for v in line.split()[0].split("-"))
+        heap = hi - lo
+        flags = next(l for l in lines[i + 1:] if l.startswith("VmFlags")).split()[1:]
+        break
+print(json.dumps({"tuned": tuned, "heap": heap, "hg": "hg" in flags}))
+"""
+
+
+def _thp_mode():
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "never"
+    return text[text.index("[") + 1:text.index("]")]
+
+
+def _heap(malloc_mode: str) -> dict:
+    env = {**os.environ, "LMC_MALLOC": malloc_mode}
+    r = subprocess.run([sys.executable, "-c", HEAP_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.skipif(_thp_mode() not in ("madvise", "always") or sys.platform != "linux",
+                    reason="no transparent huge pages to advise on this machine")
+def test_the_heap_is_grown_once_and_advised_huge_pages():
+    on = _heap("tuned")
+    assert on["tuned"] and on["hg"], on
+    assert on["heap"] >= 1 << 30, on               # the reserve: ~2 GB of address space, untouched
+    off = _heap("nothp")
+    assert off["tuned"] and not off["hg"] and off["heap"] < 1 << 30, off
+    plain = _heap("system")
+    assert not plain["tuned"] and not plain["hg"], plain
+
+
+def test_an_unknown_malloc_mode_is_a_clear_error():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LMC_MALLOC": "huge"}
+    r = subprocess.run([sys.executable, "-m", "lmc.cli", "bench", str(ROOT / "specs" / "mnist_linear.yaml"), "--timed-steps", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "LMC_MALLOC='huge'" in r.stderr and "Traceback" not in r.stderr
