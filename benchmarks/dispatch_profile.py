@@ -7,7 +7,7 @@ profiling and prints `iree-profile statistics`' top rows (time per dispatch kind
         [--flags --iree-llvmcpu-target-cpu=znver3] [--reps 20] [--top 12]
 
 Run with glibc's malloc tuned as lmc's runtime does (MALLOC_MMAP_MAX_=0,
-MALLOC_TRIM_THRESHOLD_=...; set here for the child), else first touches of fresh transient
+MALLOC_TRIM_THRESHOLD_=..., the heap on huge pages; set here for the child), else first touches of fresh transient
 pages dominate (benchmarks/NOTES.md, session 2)."""
 from __future__ import annotations
 
@@ -81,7 +81,9 @@ def profile(net, options: LowerOptions, reps: int = 20, flags=(), dense_dw: str 
             np.save(f, np.ascontiguousarray(v))
             ins.append(f"--input=@{f}")
         prof = Path(d) / "p.ireeprof"
-        env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1)}
+        # glibc.malloc.hugetlb=1: the heap on transparent huge pages, as lmc's runtime advises it
+        env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1),
+               "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
         cmd = [str(bindir / "iree-benchmark-module"), f"--module={c.path}", "--device=local-task",
                "--function=train_step", "--benchmark_repetitions=1", f"--benchmark_min_time={reps}x",
                "--device_profiling_mode=host-execution", f"--device_profiling_output={prof}", *ins]
