@@ -42,12 +42,17 @@ ONNX_ACTIVATIONS = {
     "softplus": lambda b, x: b.op("Softplus", x),
 }
 KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "h_swish": [-3.0, 3.0], "h_sigmoid": [-3.0, 3.0]}
+# kinds whose derivative mask reads the same off the output (relu: y > 0 iff x > 0; relu6:
+# 0 < y < 6 iff 0 < x < 6): they save y, not x.  The pre-activation then need not be kept — when
+# y is saved anyway (the next layer's input) or x feeds nothing else (a batch norm's output), one
+# full-size tensor fewer is written per step (benchmarks/NOTES.md, session 15)
+SAVES_OUTPUT = {"relu", "relu6"}
 KINK_GAP = 0.05          # no test input within this distance of a kink
 
 
 @primitive("act")
 class Act(Elementwise):
-    """y = act(x), elementwise.  Saves x (the pre-activation).
+    """y = act(x), elementwise.  Saves x (the pre-activation), or y for SAVES_OUTPUT kinds.
     gelu is the tanh form 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))), as the Lean kit and jax.nn.gelu."""
     inputs = ("x",)
     params = ()
@@ -63,6 +68,9 @@ class Act(Elementwise):
 
     def onnx(self, b, ins, ps, st):
         return ONNX_ACTIVATIONS[self.kind](b, ins[0])
+
+    def context(self, ins, ps, out):
+        return {"saved": "%y" if self.kind in SAVES_OUTPUT else "%x"}
 
     def draw(self, rng, t, is_input):
         kinks = KINKS.get(self.kind, [])
