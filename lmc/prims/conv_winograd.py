@@ -96,7 +96,27 @@ def _winograd(b, c, h, wd, o, oh, ow, lo) -> dict:
         dV=_t(16, N, c), dV6=_t(4, 4, T, b, S, c), adj_cols=[adj_cols(0), adj_cols(1)],
         adj_rows=[adj_rows(0), adj_rows(1)], G5=_t(4, T, b, S, 2, c), G4=_t(4, T, b, 2 * S, c),
         dR=_t(4, T, b, wp, c), F5=_t(T, 2, b, wp, c), F4=_t(2 * T, b, wp, c),
-        xcrop=_lim((lo[0], lo[0] + h), (0, b), (lo[1], lo[1] + wd), (0, c)))
+        dx_rows=_dx_rows(T, b, wp, c, h, wd, lo))
+
+
+def _dx_rows(T, b, wp, c, h, wd, lo) -> list[dict]:
+    """dx's rows straight from the two row halves A, B [2T, b, wp, c] of the overlap-add, cropped
+    to x: padded row r is A[r] (r < 2), A[r] + B[r − 2] (2 ≤ r < 2T) or B[r − 2] (r ≥ 2T), and x
+    holds padded rows lo₀ … lo₀ + h − 1, columns lo₁ … lo₁ + wd − 1.  Up to three pieces along
+    the rows (outermost in HBWC), concatenated: IREE writes each piece into its place of dx,
+    where padding the halves, summing and cropping cost a zero fill, two copies and a crop."""
+    cols = (lo[1], lo[1] + wd)
+    r0, r1 = lo[0], lo[0] + h
+    pieces = []
+    for lo_r, hi_r, use_a, use_b in ((r0, min(2, r1), True, False), (max(2, r0), min(2 * T, r1), True, True),
+                                     (max(2 * T, r0), r1, False, True)):
+        if hi_r <= lo_r:
+            continue
+        pieces.append(dict(
+            a=_lim((lo_r, hi_r), (0, b), cols, (0, c)) if use_a else None,
+            b=_lim((lo_r - 2, hi_r - 2), (0, b), cols, (0, c)) if use_b else None,
+            t=_t(hi_r - lo_r, b, wd, c)))
+    return pieces
 
 
 DU_CHUNK = 256      # tiles per partial product of dU (see _du_split)
