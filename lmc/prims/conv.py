@@ -189,7 +189,7 @@ class Conv(Prim):
         ph = self._phases(b, c, h, wd, o, oh, ow, kh2, kw2, s, lo, g) if s > 1 and dl == 1 and self.phase_dx else None
         return dict(depthwise=False, g=g, f=f, d=d, o=o, ci=ci, kh=kh, kw=kw, i0=i0, i1=i1, j0=j0, j1=j1, ph=ph,
                     wl=_t(o, ci, kh2, kw2).mlir, wg=_t(g, og, ci, kh2, kw2).mlir, yt=_t(b, g, og, oh, ow).mlir,
-                    dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwi=_t(g, og, kw2, ci).mlir,
+                    dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwq=_t(oh, og, kw2 * ci).mlir, dwi=_t(g, og, kw2, ci).mlir,
                     dwi1=_t(1, g, og, kw2, ci).mlir, dwc=_t(kh2, g, og, kw2, ci).mlir,
                     dxt=_t(b, g, ci, h, wd).mlir, yh=_t(oh, b, ow, g, og).mlir, xh=_t(h, b, wd, g, ci).mlir)
 
