@@ -42,7 +42,14 @@ def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout, dl=1) -> dict:
         rows=[f"[{i * dl}:{i * dl + (oh - 1) * s + 1}:{s}, 0:{b}, 0:{ow}, 0:{kw * cin}]" for i in range(kh)],
         R=_t(oh, b, ow, kw * cin).mlir, Rg=_t(oh, b, ow, kw, g, cg).mlir,
         W=_t(kh, g, kw, cg, og).mlir, W1=_t(1, g, kw, cg, og).mlir, Wi=_t(g, kw, cg, og).mlir,
-        Yg=_t(g, oh, b, ow, og).mlir, kw=kw, cin_g=cg, cout_g=og, out=(oh, ow), P_type=_t(hp, b, ow, kw * cin))
+        Yg=_t(g, oh, b, ow, og).mlir, kw=kw, cin_g=cg, cout_g=og, out=(oh, ow), P_type=_t(hp, b, ow, kw * cin),
+        # few input channels (a stem): every row's patches side by side, one matmul of depth
+        # kh·kw·cin instead of kh of depth kw·cin, each writing the whole output again
+        fuse_rows=g == 1 and kh > 1 and kw * cin < FUSE_ROWS_BELOW, Rk=_t(oh, b, ow, kh * kw * cin).mlir,
+        Wk=_t(kh * kw * cg, og).mlir, Y4=_t(oh, b, ow, og).mlir)
+
+
+FUSE_ROWS_BELOW = 32     # kw·cin under which a one-group conv's rows become one matmul (_hbwc)
 
 
 def _nchw_taps(b, c, h, wd, kh, kw, s, lo, hi, interior, dl=1) -> dict:
@@ -103,6 +110,10 @@ class Conv(Prim):
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1, out_layout="hbwc"), [_t(2, 3, 5, 5)], [_t(4, 3, 3, 3)]),
         (dict(stride=2, pad=(0, 0, 0, 0), groups=1, out_layout="hbwc"), [_t(1, 1, 4, 6)], [_t(6, 1, 2, 2)]),
         (dict(stride=2, pad=(0, 1, 0, 1), groups=1, out_layout="hbwc"), [_t(2, 3, 6, 6)], [_t(4, 3, 3, 3)]),
+        # kw·cin ≥ FUSE_ROWS_BELOW: one matmul per kernel row (the examples above, with few
+        # channels, take the fused rows), NCHW and HBWC
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=1), [_t(2, 11, 4, 4)], [_t(3, 11, 3, 3)]),
+        (dict(stride=2, pad=(1, 1, 1, 1), groups=1, layout="hbwc"), [_t(2, 11, 5, 5)], [_t(3, 11, 3, 3)]),
     ]
 
     prefer_hbwc = True
