@@ -33,8 +33,8 @@ def keep_freed_memory() -> bool:
     The step's working set (hundreds of MB) then lives in the brk heap.  Where THP is
     `madvise` (or `always`), the heap is grown once by ~2 GB of address space (untouched:
     no memory is used until a step touches it) and advised MADV_HUGEPAGE, so the step's
-    buffers sit on 2 MB pages: fewer TLB misses (resnet18@32² step −3 to −6%, benchmarks/
-    NOTES.md).  Heap growth beyond that reserve gets normal pages.
+    buffers sit on 2 MB pages: fewer TLB misses (steps of the conv nets −5 to −11%,
+    benchmarks/NOTES.md).  Heap growth beyond that reserve gets normal pages.
 
     Process-wide; a no-op off glibc.  LMC_MALLOC=system turns all of it off, LMC_MALLOC=nothp
     only the huge pages.  Returns whether malloc was tuned."""
