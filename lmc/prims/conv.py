@@ -40,7 +40,7 @@ def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout, dl=1) -> dict:
         cols=[f"[0:{hp}, 0:{b}, {j * dl}:{j * dl + (ow - 1) * s + 1}:{s}, 0:{cin}]" for j in range(kw)],
         col=_t(hp, b, ow, cin).mlir, P=_t(hp, b, ow, kw * cin).mlir,
         rows=[f"[{i * dl}:{i * dl + (oh - 1) * s + 1}:{s}, 0:{b}, 0:{ow}, 0:{kw * cin}]" for i in range(kh)],
-        R=_t(oh, b, ow, kw * cin).mlir, Rg=_t(oh, b, ow, kw, g, cg).mlir,
+        R=_t(oh, b, ow, kw * cin).mlir, R3=_t(oh, b * ow, kw * cin).mlir, Rg=_t(oh, b, ow, kw, g, cg).mlir,
         W=_t(kh, g, kw, cg, og).mlir, W1=_t(1, g, kw, cg, og).mlir, Wi=_t(g, kw, cg, og).mlir,
         Yg=_t(g, oh, b, ow, og).mlir, kw=kw, cin_g=cg, cout_g=og, out=(oh, ow), P_type=_t(hp, b, ow, kw * cin),
         # few input channels (a stem): every row's patches side by side, one matmul of depth
@@ -200,7 +200,7 @@ class Conv(Prim):
         ph = self._phases(b, c, h, wd, o, oh, ow, kh2, kw2, s, lo, g) if s > 1 and dl == 1 and self.phase_dx else None
         return dict(depthwise=False, g=g, f=f, d=d, o=o, ci=ci, kh=kh, kw=kw, i0=i0, i1=i1, j0=j0, j1=j1, ph=ph,
                     wl=_t(o, ci, kh2, kw2).mlir, wg=_t(g, og, ci, kh2, kw2).mlir, yt=_t(b, g, og, oh, ow).mlir,
-                    dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwq=_t(oh, og, kw2 * ci).mlir, dwi=_t(g, og, kw2, ci).mlir,
+                    dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwq=_t(oh, og, kw2 * ci).mlir, dy3=_t(oh, b * ow, o).mlir, dwi=_t(g, og, kw2, ci).mlir,
                     dwi1=_t(1, g, og, kw2, ci).mlir, dwc=_t(kh2, g, og, kw2, ci).mlir,
                     dxt=_t(b, g, ci, h, wd).mlir, yh=_t(oh, b, ow, g, og).mlir, xh=_t(h, b, wd, g, ci).mlir)
 
