@@ -79,3 +79,11 @@ def report_blocks(cands: dict, reps: int, block: int):
     for k, (wall, cpu) in r.items():
         print(f"{k:{width}s} {wall / block:8.2f} ms  CPU {cpu / block:8.2f} ms")
     print(load_avg())
+
+
+def report_steps(name: str, cands: dict, reps: int):
+    """Time whole train steps (name → zero-arg step) interleaved, CPU time too, and print one
+    line of medians per net with the load average before and after."""
+    print(f"  {load_avg()}", flush=True)
+    r = interleave(cands, reps=reps, cpu=True)
+    print(f"  {name}: " + ", ".join(f"{k} {w:.1f} ms (CPU {c:.1f})" for k, (w, c) in r.items()), load_avg(), flush=True)

@@ -78,10 +78,7 @@ def main():
                   f"{text.count('stablehlo.transpose')} transposes, "
                   f"compile {time.perf_counter() - t0:.1f} s (0 if cached)", flush=True)
             cands[v] = stepper(net, m)[0]
-        print(f"  {micro.load_avg()}", flush=True)
-        r = micro.interleave(cands, reps=args.reps, cpu=True)
-        print(f"  {name}: " + ", ".join(f"{k} {w:.1f} ms (CPU {c:.1f})" for k, (w, c) in r.items()),
-              micro.load_avg(), flush=True)
+        micro.report_steps(name, cands, args.reps)
 
 
 if __name__ == "__main__":

@@ -41,10 +41,7 @@ def main():
     cands = {}
     for f in args.files:
         cands[Path(f).name] = stepper(net, micro.load(Path(f).read_text()))[0]
-    print(f"  {micro.load_avg()}", flush=True)
-    r = micro.interleave(cands, reps=args.reps, cpu=True)
-    print(f"  {args.net}: " + ", ".join(f"{k} {w:.1f} ms (CPU {c:.1f})" for k, (w, c) in r.items()),
-          micro.load_avg(), flush=True)
+    micro.report_steps(args.net, cands, args.reps)
 
 
 if __name__ == "__main__":
