@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lmc.run import runtime
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
@@ -76,14 +78,6 @@ print(json.dumps({"tuned": tuned, "heap": heap, "hg": "hg" in flags}))
 """
 
 
-def _thp_mode():
-    try:
-        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    except OSError:
-        return "never"
-    return text[text.index("[") + 1:text.index("]")]
-
-
 def _heap(malloc_mode: str) -> dict:
     env = {**os.environ, "LMC_MALLOC": malloc_mode}
     r = subprocess.run([sys.executable, "-c", HEAP_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
@@ -91,7 +85,7 @@ def _heap(malloc_mode: str) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.skipif(_thp_mode() not in ("madvise", "always") or sys.platform != "linux",
+@pytest.mark.skipif(runtime._thp_mode() not in ("madvise", "always") or sys.platform != "linux",
                     reason="no transparent huge pages to advise on this machine")
 def test_the_heap_is_grown_once_and_advised_huge_pages():
     on = _heap("tuned")

@@ -45,7 +45,7 @@ def keep_freed_memory() -> bool:
     if _malloc_tuned or mode == "system":
         return _malloc_tuned
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc = ctypes.CDLL("libc.so.6")
         ok = libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_MAX) == 1
     except (OSError, AttributeError):
         ok = False
