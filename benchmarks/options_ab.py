@@ -33,7 +33,9 @@ NETS = {"mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_siz
         "resnet18": ["train.batch_size=128", "input.height=32", "input.width=32"],
         "mobilenet_v2": ["train.batch_size=128", "input.height=32", "input.width=32"],
         "efficientnet_b0": ["train.batch_size=128", "input.height=32", "input.width=32"],
-        "vit_tiny": ["train.batch_size=64"]}
+        # as make bench's row (benchmarks/run.py): CIFAR size, 4×4 patches
+        "vit_tiny": ["train.batch_size=64", "input.height=32", "input.width=32",
+                     "layers.0.patch_embed.patch_size=4", "layers.0.patch_embed.n_patches=64"]}
 
 
 def _owner(dotted: str):
