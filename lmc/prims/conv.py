@@ -46,6 +46,7 @@ def _hbwc(b, cin, h, wd, kh, kw, s, lo, hi, interior, g, cout, dl=1) -> dict:
         # few input channels (a stem): every row's patches side by side, one matmul of depth
         # kh·kw·cin instead of kh of depth kw·cin, each writing the whole output again
         fuse_rows=g == 1 and kh > 1 and kw * cin < FUSE_ROWS_BELOW, Rk=_t(oh, b, ow, kh * kw * cin).mlir,
+        Rk3=_t(oh, b * ow, kh * kw * cin).mlir,
         Wk=_t(kh * kw * cg, og).mlir, Y4=_t(oh, b, ow, og).mlir)
 
 
@@ -202,6 +203,7 @@ class Conv(Prim):
                     wl=_t(o, ci, kh2, kw2).mlir, wg=_t(g, og, ci, kh2, kw2).mlir, yt=_t(b, g, og, oh, ow).mlir,
                     dyT=_t(oh, g, og, b, ow).mlir, dwb=_t(oh, g, og, kw2, ci).mlir, dwq=_t(oh, og, kw2 * ci).mlir, dy3=_t(oh, b * ow, o).mlir, dwi=_t(g, og, kw2, ci).mlir,
                     dwi1=_t(1, g, og, kw2, ci).mlir, dwc=_t(kh2, g, og, kw2, ci).mlir,
+                    dwk=_t(oh, o, kh2 * kw2 * ci).mlir, dwks=_t(o, kh2 * kw2 * ci).mlir, dwk5=_t(1, o, kh2, kw2, ci).mlir,
                     dxt=_t(b, g, ci, h, wd).mlir, yh=_t(oh, b, ow, g, og).mlir, xh=_t(h, b, wd, g, ci).mlir)
 
     # dx of a strided conv by phase decomposition (the template's header); False: the
