@@ -16,9 +16,9 @@ like the forward:
 so dW and dx share DY, and dW needs no patches of x (fwd saves V: α²/m² = 4 or 2.25 × x's size).
 `_tile` picks m per conv.  Measured against `conv`'s row matmuls and between the two m in
 benchmarks/NOTES.md ("Winograd").  Rounding: F(2×2)'s constants are 0, ±1, ±½, its error that
-of the direct form; F(4×4)'s reach 8 and 1/24, its error about 10× larger (≈ 2·10⁻⁶ of the
-output's scale over 64 channels), still inside the per-primitive oracle's tolerance (1e-5),
-which checks both."""
+of the direct form; F(4×4)'s reach 8 and 1/24, its error 10–20× larger and growing with the
+input channels, so `_tile` keeps it to ≤ 128 of them (≤ 6e-6 of max|y|, inside the
+per-primitive oracle's 1e-5, which checks both)."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,6 +40,7 @@ MATRICES = {
         np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
 }
 TILE4_MIN = 2.0     # F(4×4, 3×3) where the tiles outweigh the weights by this much (see _tile)
+TILE4_MAX_C = 128   # … and the sum runs over at most this many input channels (its f32 error)
 
 
 def _t(*d) -> str:
@@ -152,9 +153,12 @@ def _tile(b: int, c: int, o: int, oh: int, ow: int) -> int:
     N₄·(c + o) ≥ TILE4_MIN · c·o, else 2.  F(4×4) halves the tiles' transforms and products per
     output pixel (36 products per 16 pixels against 16 per 4) but transforms each weight into
     36 values, not 16: memory-bound few-channel convs on large maps gain, weight-heavy deep
-    stages lose (benchmarks/NOTES.md)."""
+    stages lose (benchmarks/NOTES.md).  And only up to TILE4_MAX_C input channels: F(4×4)'s
+    f32 error grows with the channel sum, from ≈ 10× the direct form's at 16 channels to
+    1.6e-5 of max|y| at 512 (F(2×2)'s stays the direct form's); up to 128 it is ≤ 6e-6, inside
+    the per-primitive oracle's 1e-5, which checks F(4×4) at 128 channels."""
     n4 = b * -(-oh // 4) * -(-ow // 4)
-    return 4 if n4 * (c + o) >= TILE4_MIN * c * o else 2
+    return 4 if c <= TILE4_MAX_C and n4 * (c + o) >= TILE4_MIN * c * o else 2
 
 
 DU_CHUNK = 256      # tiles per partial product of dU (see _du_split)
@@ -200,6 +204,8 @@ class ConvWinograd(Conv):
          [TensorType((8, 10, 3, 3))]),
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1, tile=4), [TensorType((3, 8, 3, 4))], [TensorType((8, 8, 3, 3))]),
         (dict(stride=1, pad=(1, 1, 1, 1), groups=1, tile=4), [TensorType((2, 8, 48, 48))], [TensorType((8, 8, 3, 3))]),
+        # the most input channels _tile gives F(4×4) (TILE4_MAX_C): its error grows with them
+        (dict(stride=1, pad=(1, 1, 1, 1), groups=1, tile=4), [TensorType((2, 128, 8, 8))], [TensorType((16, 128, 3, 3))]),
     ]
     # below this many input or output channels the row matmuls stay: the transforms cost per
     # channel, the products save per channel pair.  8 is a guess, not a measured crossover (the
