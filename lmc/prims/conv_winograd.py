@@ -156,9 +156,12 @@ def _tile(b: int, c: int, o: int, oh: int, ow: int) -> int:
     stages lose (benchmarks/NOTES.md).  And only up to TILE4_MAX_C input channels: F(4×4)'s
     f32 error grows with the channel sum, from ≈ 10× the direct form's at 16 channels to
     1.6e-5 of max|y| at 512 (F(2×2)'s stays the direct form's); up to 128 it is ≤ 6e-6, inside
-    the per-primitive oracle's 1e-5, which checks F(4×4) at 128 channels."""
+    the per-primitive oracle's 1e-5, which checks F(4×4) at 128 channels.
+    Not on a map of one F(4×4) tile row or column (oh or ow ≤ 4): IREE 3.13's cuda and rocm
+    codegen fails on that form's dx (a vector.transfer_write outside the workgroup
+    distribution), and F(2×2) has two tiles there."""
     n4 = b * -(-oh // 4) * -(-ow // 4)
-    return 4 if c <= TILE4_MAX_C and n4 * (c + o) >= TILE4_MIN * c * o else 2
+    return 4 if min(oh, ow) > 4 and c <= TILE4_MAX_C and n4 * (c + o) >= TILE4_MIN * c * o else 2
 
 
 DU_CHUNK = 256      # tiles per partial product of dU (see _du_split)
