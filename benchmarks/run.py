@@ -424,7 +424,9 @@ def results_md(rows, m, steps, peaks: dict | None = None) -> str:
               or "not measured")
            + " (NumPy/OpenBLAS sgemm 4096³, all cores, best of 3). `lmc GFLOP/s` is lmc's train-step FLOPs "
            "(3 × `lmc info`'s forward FLOPs: forward + backward, the optimizer update not counted) over its wall "
-           "time per step; `of sgemm peak` its fraction of that peak (the AVX2 lines: of the AVX2 peak)."
+           "time per step; `of sgemm peak` its fraction of that peak (the AVX2 lines: of the AVX2 peak). The FLOPs "
+           "are the direct convolution's: lmc's Winograd convs multiply 2.25–4× less, so a conv net's row can "
+           "exceed 100%."
            + (" `top-5 dispatches`: the share of lmc's dispatch time per step spent in its 5 costliest "
               "dispatches, of the dispatches per step (benchmarks/dispatch_profile.py)."
               if any(r.get("dispatches") for r in rows) else ""),
