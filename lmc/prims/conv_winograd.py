@@ -109,10 +109,9 @@ def _winograd(b, c, h, wd, o, oh, ow, lo, m=2) -> dict:
         return _stage((al, T, b, wp, c), (1, T, b, wp, c), (T, tw, b, wp, c), (1, 0, 2, 3, 4), 1,
                       [(_lim((n, n + 1), (0, T), (0, b), (0, wp), (0, c)), BT[n, list(taps(half))])
                        for n in range(al)])
-    widened = dict(G5w=_t(al, T, b, S, m, c), F5w=_t(T, m, b, wp, c), Gfull=_t(al, T, b, m * S + m, c),
-                   dRcrop=_lim((0, al), (0, T), (0, b), (0, wp), (0, c))) if m > 2 else {}
+    crop = dict(dRcrop=_lim((0, al), (0, T), (0, b), (0, wp), (0, c))) if m > 2 else {}
     return dict(
-        m=m, P=P, xh=_t(h, b, wd, c), xp=_t(hp, b, wp, c), xlo=f"[{lo[0]}, 0, {lo[1]}, 0]",
+        m=m, xh=_t(h, b, wd, c), xp=_t(hp, b, wp, c), xlo=f"[{lo[0]}, 0, {lo[1]}, 0]",
         xhi=f"[{hp - h - lo[0]}, 0, {wp - wd - lo[1]}, 0]",
         rows=rows, cols=cols, V6=_t(al, al, T, b, S, c), V=_t(P, N, c), V_type=TensorType((P, N, c)),
         GG=_dense(np.kron(G, G)), GG_t=_t(P, 9), w9=_t(o, c, 9), Uo=_t(o, c, P), U=_t(P, c, o),
@@ -122,10 +121,14 @@ def _winograd(b, c, h, wd, o, oh, ow, lo, m=2) -> dict:
         DY6=_t(al, al, T, b, S, o), DY=_t(P, N, o), dU=_t(P, c, o), **_du_split(N, c, o, P),
         dwo=_t(c, o, 9), dwt=_t(o, c, 9),
         dV=_t(P, N, c), dV6=_t(al, al, T, b, S, c), adj_cols=[adj_cols(0), adj_cols(1)],
-        adj_rows=[adj_rows(0), adj_rows(1)], G5=[_t(al, T, b, S, len(taps(h_)), c) for h_ in (0, 1)],
-        G4=[_t(al, T, b, len(taps(h_)) * S, c) for h_ in (0, 1)] if m == 2 else _t(al, T, b, m * S, c),
-        dR=_t(al, T, b, wp, c), F5=[_t(T, len(taps(h_)), b, wp, c) for h_ in (0, 1)], F4=_t(m * T, b, wp, c),
-        dx_rows=_dx_rows(T, b, wp, c, h, wd, lo, m), **widened)
+        adj_rows=[adj_rows(0), adj_rows(1)],
+        # the halves' types: half 1 two taps wide (G5n, F5n), both m wide once widened (G5w, F5w;
+        # for m = 2 that is half 1 as it is); the column halves padded one tile apart (Gfull,
+        # m·S + m wide: dR's width for m = 2, cropped to it for m > 2)
+        G5n=_t(al, T, b, S, 2, c), G5w=_t(al, T, b, S, m, c), G4=_t(al, T, b, m * S, c),
+        Gfull=_t(al, T, b, m * S + m, c), dR=_t(al, T, b, wp, c),
+        F5n=_t(T, 2, b, wp, c), F5w=_t(T, m, b, wp, c), F4=_t(m * T, b, wp, c),
+        dx_rows=_dx_rows(T, b, wp, c, h, wd, lo, m), **crop)
 
 
 def _dx_rows(T, b, wp, c, h, wd, lo, m=2) -> list[dict]:
