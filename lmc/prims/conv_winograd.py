@@ -68,7 +68,7 @@ def _lim(*spans) -> str:
     return "[" + ", ".join(f"{s[0]}:{s[1]}" + (f":{s[2]}" if len(s) > 2 and s[2] != 1 else "") for s in spans) + "]"
 
 
-def _winograd(b, c, h, wd, o, oh, ow, lo, m=2) -> dict:
+def _winograd(b, c, h, wd, o, oh, ow, lo, m) -> dict:
     """Types, slices and constants of F(m×m, 3×3) for x [b, c, h, wd] padded `lo` low (and as
     much high as the tiles need), output [b, o, oh, ow]: α×α tiles (α = m + 2) at stride m."""
     BT, G, AT = MATRICES[m]
@@ -131,7 +131,7 @@ def _winograd(b, c, h, wd, o, oh, ow, lo, m=2) -> dict:
         dx_rows=_dx_rows(T, b, wp, c, h, wd, lo, m), **crop)
 
 
-def _dx_rows(T, b, wp, c, h, wd, lo, m=2) -> list[dict]:
+def _dx_rows(T, b, wp, c, h, wd, lo, m) -> list[dict]:
     """dx's rows straight from the two row halves A, B [mT, b, wp, c] of the overlap-add, cropped
     to x: padded row r is A[r] (r < m), A[r] + B[r − m] (m ≤ r < mT) or B[r − m] (r ≥ mT), and x
     holds padded rows lo₀ … lo₀ + h − 1, columns lo₁ … lo₁ + wd − 1.  Up to three pieces along
@@ -170,7 +170,7 @@ def _tile(b: int, c: int, o: int, oh: int, ow: int) -> int:
 DU_CHUNK = 256      # tiles per partial product of dU (see _du_split)
 
 
-def _du_split(N: int, c: int, o: int, P: int = 16) -> dict:
+def _du_split(N: int, c: int, o: int, P: int) -> dict:
     """dU = Σ over all N tiles of Vᵀ·DY per tile position.  IREE 3.13 runs that product (M, N
     = channels, K = tiles in the tens of thousands) with an 8×16 register tile that streams the
     whole K once per tile: both operands 4–8 times from memory.  Split into chunks of n tiles
