@@ -5,6 +5,10 @@ from lmc.core.errors import ShapeError
 from lmc.core.types import TensorType
 from lmc.prims import Prim, primitive
 
+# fan_out up to which the products are a broadcast multiply + sum rather than a dot_general
+# (templates/prims/dense.mlir.j2; a classifier head's 10 classes: benchmarks/NOTES.md)
+NARROW_N = 16
+
 
 @primitive("dense")
 class Dense(Prim):
@@ -13,7 +17,9 @@ class Dense(Prim):
     inputs = ("x",)
     params = ("w", "b")
     examples = [({}, [TensorType((4, 5))], [TensorType((5, 3)), TensorType((3,))]),
-                ({}, [TensorType((1, 7))], [TensorType((7, 2)), TensorType((2,))])]
+                ({}, [TensorType((1, 7))], [TensorType((7, 2)), TensorType((2,))]),
+                # wider than NARROW_N: the dot_general form
+                ({}, [TensorType((3, 6))], [TensorType((6, 20)), TensorType((20,))])]
 
     def infer(self, ins, ps):
         (x,), (w, _) = ins, ps
@@ -22,6 +28,12 @@ class Dense(Prim):
         if x.dims[1] != w.dims[0]:
             raise ShapeError(f"fan_in={w.dims[0]} but the input has {x.dims[1]} features")
         return TensorType((x.dims[0], w.dims[1])), 2 * x.dims[0] * w.dims[0] * w.dims[1]
+
+    def context(self, ins, ps, out):
+        (x,), (w, _) = ins, ps
+        narrow = w.dims[1] <= NARROW_N
+        bkn = TensorType((x.dims[0], w.dims[0], w.dims[1])).mlir if narrow else None
+        return {"narrow": narrow, "bkn": bkn}
 
     @staticmethod
     def reference(xp, x, w, b):
