@@ -22,8 +22,10 @@ from lmc.run.runtime import Module  # noqa: E402
 
 @contextlib.contextmanager
 def extra_flags(flags):
+    """IREE_EXTRA_FLAGS plus `flags` (after them, so they win) while compiling: a caller's
+    IREE_EXTRA_FLAGS (the znver3 target of an AVX2 A/B) stays in force."""
     old = os.environ.get("IREE_EXTRA_FLAGS")
-    os.environ["IREE_EXTRA_FLAGS"] = " ".join(flags)
+    os.environ["IREE_EXTRA_FLAGS"] = " ".join([old or "", *flags]).strip()
     try:
         yield
     finally:

@@ -29,13 +29,15 @@ from lmc.lower.options import CHOICES, LowerOptions  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 from lmc.train.bench import stepper  # noqa: E402
 
-NETS = {"mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_size=128"],
+NETS = {"mnist_mlp": ["train.batch_size=128"],
+        "mnist_cnn": ["train.batch_size=128"], "cifar_cnn_bn": ["train.batch_size=128"],
         "resnet18": ["train.batch_size=128", "input.height=32", "input.width=32"],
         "mobilenet_v2": ["train.batch_size=128", "input.height=32", "input.width=32"],
         "efficientnet_b0": ["train.batch_size=128", "input.height=32", "input.width=32"],
         # as make bench's row (benchmarks/run.py): CIFAR size, 4×4 patches
         "vit_tiny": ["train.batch_size=64", "input.height=32", "input.width=32",
-                     "layers.0.patch_embed.patch_size=4", "layers.0.patch_embed.n_patches=64"]}
+                     "layers.0.patch_embed.patch_size=4", "layers.0.patch_embed.n_patches=64"],
+        "tiny_gpt": ["train.batch_size=32", "train.grad_clip_norm=0"]}
 
 
 def _owner(dotted: str):

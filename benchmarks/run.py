@@ -154,7 +154,11 @@ class Candidate:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child, name, spec, sets, cold), daemon=True)
         self.proc.start()
-        status, value = self.conn.recv()
+        child.close()       # the child's end lives in the child only: its death is an EOF here, not a hang
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            status, value = "error", f"the {self.name} process died"
         if status != "ok":
             self.close()
             raise RuntimeError(value)
@@ -230,6 +234,7 @@ def measure_peak(avx2: bool = False) -> float:
         p.start()
     finally:
         os.environ.pop("OPENBLAS_CORETYPE", None)
+    child.close()
     v = conn.recv()
     p.join()
     return v
@@ -252,7 +257,11 @@ def profile_net(spec: str, sets: list[str], top: int = 5):
     conn, child = ctx.Pipe()
     p = ctx.Process(target=_profile, args=(child, spec, sets, top), daemon=True)
     p.start()
-    status, value = conn.recv()
+    child.close()
+    try:
+        status, value = conn.recv()
+    except EOFError:
+        status, value = "error", "the profiling process died"
     p.join()
     return value if status == "ok" else str(value)
 
@@ -492,9 +501,12 @@ def main():
         row = run_net(spec, sets, args.steps, which, profile=args.dispatch_profile and not compile_only,
                       cold=not args.warm_cache, compile_only=compile_only)
         rows.append(row)
-        if not compile_only:
-            print(table([row], peaks).splitlines()[-1], file=sys.stderr, flush=True)
-        print(cold_table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+        if not compile_only:                        # the row's lines (host, and AVX2 with --avx2)
+            print("\n".join(table([row], peaks).splitlines()[2:]), file=sys.stderr, flush=True)
+        print("\n".join(cold_table([row]).splitlines()[2:]), file=sys.stderr, flush=True)
+        if args.json:                               # after every net: a crash or ^C keeps what was measured
+            args.json.write_text(json.dumps({"machine": machine(), "sgemm_peak_gflops": peaks, "rows": rows},
+                                            indent=2))
         extra = [k for k in row if k.startswith(("lmc+", "lmc@"))]
         if extra:                                   # an lmc-variant A/B: wall (CPU) ms per step
             print("  " + ", ".join(f"{k} {row[k] or float('nan'):.2f} ({row['cpu'].get(k) or float('nan'):.2f})"

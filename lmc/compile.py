@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.core.fields import did_you_mean
-from lmc.lower.lowering import PACKED
+from lmc.lower.lowering import PACKED, PACKED_AVX2
 from lmc.lower.options import LowerOptions
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
@@ -94,14 +94,6 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
         out.append(f"--iree-llvmcpu-number-of-threads={runtime_workers()}")
         # No --iree-global-opt-use-im2col-for-convs: the conv templates emit matmuls, not
         # stablehlo.convolution, so it has nothing left to convert (benchmarks/NOTES.md).
-        # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (PACKED, lower.py
-        # `_packed_matmuls`: net-dependent, benchmarks/NOTES.md) and always for train.bf16's
-        # bf16×bf16→f32 dots:
-        # only packed matmuls use AVX512-BF16's vdpbf16ps; without it IREE widens to f32 and is
-        # slower than f32 (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).  The
-        # global-opt path: --iree-opt-data-tiling fails on these modules ("large vector sizes").
-        if text is not None and ("xbf16>" in text or f"\n{PACKED}\n" in text):
-            out.append("--iree-global-opt-data-tiling")
     elif b == "cuda":
         if c in ("sm_89", "sm_90", "sm_90a", "sm_100"):
             raise CompileError(f"IREE 3.13 has no target metadata for {c}; compile for sm_86 (PTX is JIT-forwarded)",
@@ -111,9 +103,52 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
         out.append(f"--iree-rocm-target={c}")
         # gfx1100 fails to distribute full N-D→scalar reductions (losses) without this
         out.append("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false")
-    extra = os.environ.get("IREE_EXTRA_FLAGS", "")
-    out += shlex.split(extra)
-    return out
+    extra = shlex.split(os.environ.get("IREE_EXTRA_FLAGS", ""))
+    # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (lowering.py
+    # `_packed_matmuls`: PACKED, or PACKED_AVX2 for a target without AVX-512 — the target as the
+    # flags name it, extra flags included; benchmarks/NOTES.md) and always for train.bf16's
+    # bf16×bf16→f32 dots: only packed matmuls use AVX512-BF16's vdpbf16ps; without it IREE widens
+    # to f32 and is slower than f32 (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).
+    # The global-opt path: --iree-opt-data-tiling fails on these modules ("large vector sizes").
+    if b == "llvm-cpu" and text is not None and (
+            "xbf16>" in text or f"\n{PACKED}\n" in text
+            or (f"\n{PACKED_AVX2}\n" in text and not target_has_avx512(out + extra))):
+        out.append("--iree-global-opt-data-tiling")
+    return out + extra
+
+
+# LLVM x86 CPU names with AVX-512 (those a user is likely to name; "host" is read from the CPU)
+_AVX512_CPUS = frozenset({
+    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+    "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+    "diamondrapids", "znver4", "znver5", "x86-64-v4", "knl", "knm"})
+
+
+def _last(fl: list[str], name: str) -> str | None:
+    vals = [f.split("=", 1)[1] for f in fl if f.startswith(name + "=")]
+    return vals[-1] if vals else None
+
+
+@functools.lru_cache(maxsize=1)
+def host_has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512F (Linux's /proc/cpuinfo; False where unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " avx512f" in line for line in text.splitlines())
+
+
+def target_has_avx512(fl: list[str]) -> bool:
+    """Whether the llvm-cpu target that iree-compile flags `fl` name (the last
+    --iree-llvmcpu-target-cpu / -cpu-features wins, as in iree-compile) has AVX-512F."""
+    feats = _last(fl, "--iree-llvmcpu-target-cpu-features")
+    if feats == "host":
+        return host_has_avx512()
+    if feats and ("+avx512f" in feats.split(",") or "-avx512f" in feats.split(",")):
+        return "+avx512f" in feats.split(",")
+    cpu = _last(fl, "--iree-llvmcpu-target-cpu") or "host"
+    return host_has_avx512() if cpu == "host" else cpu in _AVX512_CPUS
 
 
 @dataclass

@@ -61,7 +61,8 @@ SPECS = {
                   "@max_pool_fwd_", "stablehlo.rsqrt", "stablehlo.dot_general", "stablehlo.reshape",
                   "stablehlo.maximum", "@class_ce_", "@sgd_", "@ema_",
                   "@batch_norm_eval_"]),
-    "mlp": (MLP, ["stablehlo.dot_general", "@soft_label_ce_", "@adam_", "stablehlo.power", "stablehlo.sqrt"]),
+    # its layers have ≤ 16 outputs: dense's multiply + sum form, not a dot_general
+    "mlp": (MLP, ["stablehlo.reduce(%xw_p", "@soft_label_ce_", "@adam_", "stablehlo.power", "stablehlo.sqrt"]),
     "resnet": (RESNET, ["@conv_fwd_", "@add_fwd_", "@sgd_", "@global_avg_pool_fwd_",
                         # the residual join: the cotangents of the fan-out are summed in @train_step
                         "%acc"]),
@@ -253,29 +254,41 @@ def test_resnet18_cross_compiles_for_cuda(tmp_path):
     assert c.path.stat().st_size > 100_000
 
 
-def test_packed_matmul_hint_follows_the_nets_convs(monkeypatch):
-    # lower marks the module for packed (data-tiled) matmuls unless a ≤ 64-channel conv runs on a
-    # 28×28+ map; compile.flags turns the mark into the llvm-cpu flag (only there); LMC_PACKED wins
-    from lmc.compile import PACKED, flags
+def test_packed_matmul_hint_follows_the_net_and_the_target(monkeypatch):
+    # lower marks a net whose FLOPs are mostly dense/attention for packed (data-tiled) matmuls on
+    # targets without AVX-512, a conv net not at all; compile.flags turns the mark into the
+    # llvm-cpu flag (only there) by the target the flags name; LMC_PACKED wins
+    from lmc.compile import PACKED, PACKED_AVX2, flags, target_has_avx512
     from lmc.graph.infer import infer
     from lmc.lower.lowering import lower
     from lmc.spec.netspec import load_spec
     root = Path(__file__).resolve().parent.parent / "specs"
     mlp = lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
+    gpt = lower(infer(load_spec(root / "tiny_gpt.yaml")), "forward")
     cnn = lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward")
     small = lower(infer(load_spec(root / "resnet18.yaml", ["input.height=32", "input.width=32"])), "forward")
-    big = lower(infer(load_spec(root / "resnet18.yaml")), "forward")
-    assert PACKED in mlp.splitlines()[:2] and PACKED in small.splitlines()[:2]
-    assert PACKED not in cnn and PACKED not in big           # 32 channels at 28×28; 64 at 112×112
+    assert PACKED_AVX2 in mlp.splitlines()[:2] and PACKED_AVX2 in gpt.splitlines()[:2]
+    assert not any(h in text for h in (PACKED, PACKED_AVX2) for text in (cnn, small))
     tiling = "--iree-global-opt-data-tiling"
+    monkeypatch.setenv("IREE_EXTRA_FLAGS", "--iree-llvmcpu-target-cpu=znver3")
     assert tiling in flags("llvm-cpu", None, mlp) and tiling not in flags("llvm-cpu", None, cnn)
     assert tiling not in flags("cuda", None, mlp)
+    for cpu in ("znver4", "sapphirerapids", "x86-64-v4"):
+        monkeypatch.setenv("IREE_EXTRA_FLAGS", f"--iree-llvmcpu-target-cpu={cpu}")
+        assert tiling not in flags("llvm-cpu", None, mlp), cpu
+    monkeypatch.setenv("IREE_EXTRA_FLAGS", "--iree-llvmcpu-target-cpu=znver4 --iree-llvmcpu-target-cpu-features=-avx512f")
+    assert tiling in flags("llvm-cpu", None, mlp)
+    assert target_has_avx512(["--iree-llvmcpu-target-cpu=haswell", "--iree-llvmcpu-target-cpu=znver4"])
+    assert not target_has_avx512(["--iree-llvmcpu-target-cpu=znver4", "--iree-llvmcpu-target-cpu=znver3"])
     # workgroup counts sized for the runtime's workers (LMC_TASK_WORKERS, else the cores)
+    monkeypatch.delenv("IREE_EXTRA_FLAGS")
     monkeypatch.setenv("LMC_TASK_WORKERS", "3")
     assert "--iree-llvmcpu-number-of-threads=3" in flags("llvm-cpu", None, mlp)
     assert not any("number-of-threads" in f for f in flags("cuda", None, mlp))
-    assert PACKED not in lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward", options=LowerOptions(packed="off"))
-    assert PACKED in lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward", options=LowerOptions(packed="on"))
+    off = lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward", options=LowerOptions(packed="off"))
+    assert PACKED not in off and PACKED_AVX2 not in off
+    on = lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward", options=LowerOptions(packed="on"))
+    assert PACKED in on.splitlines()[:2] and tiling in flags("llvm-cpu", None, on)
 
 
 @pytest.mark.parametrize("spec, pos", [("digits_vit", "00.patch_embed.pos"), ("tiny_gpt", "00.token_position_embed.pos"),

@@ -47,9 +47,11 @@ from lmc.lower.spectral import capped, context
 from lmc.prims import make_prim
 from lmc.prims.axes import TO_HBWC, TO_NCHW, physical
 
-# The lowering's hint to the compiler (a comment line of the module, `_packed_matmuls`): on
-# llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py).
+# The lowering's hints to the compiler (a comment line of the module, `_packed_matmuls`): on
+# llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py) — always
+# (PACKED), or only for a target without AVX-512 (PACKED_AVX2).
 PACKED = "// lmc: llvm-cpu packed matmuls"
+PACKED_AVX2 = "// lmc: llvm-cpu matmuls packed on AVX2-class targets"
 
 SCALAR = "tensor<f32>"
 # the hp entries every train step reads, first in the vector
@@ -296,8 +298,9 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     # strided conv that reads one input channel (patch_embed on a grayscale 4×6 image gave a
     # wrong dx at every loss, tests/test_input_grad.py), and @input_grad is the one function
     # that takes a gradient through the net's first conv.
-    if _packed_matmuls(net, options.packed) and not (functions == "input_grad" and options.packed == "auto"):
-        out.append(PACKED)          # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
+    hint = _packed_matmuls(net, options.packed)
+    if hint and not (functions == "input_grad" and options.packed == "auto"):
+        out.append(hint)            # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
     out.append("module @model {")
     out += [em.funcs[k] for k in em.funcs]
     out += bodies
@@ -305,20 +308,19 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
     return "\n".join(out) + "\n"
 
 
-def _packed_matmuls(net: TypedNet, packed: str = "auto") -> bool:
-    """Whether packing pays on llvm-cpu (benchmarks/NOTES.md, "Packed matmuls"): it does for dense
-    layers and for convs of 64+ channels or small maps (mnist_mlp −6% CPU, −21% on AVX2; resnet18
-    @32² −12%), and costs where a conv of ≤ 64 channels runs on a 28×28 or larger map — the
-    skinny matmul's big patch matrix is repacked every step (mnist_cnn +17%, cifar_cnn_bn +6%).
-    packed="on"|"off" (LowerOptions.packed, LMC_PACKED at the command line) overrides (A/B)."""
+def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
+    """The packing hint for llvm-cpu (benchmarks/NOTES.md, "Packed matmuls by instruction set"):
+    packed (mmt4d) matmuls pay only for nets whose matmul FLOPs are mostly in dense/attention
+    layers, and only on targets without AVX-512 (AVX2: mnist_mlp −10…−17%, tiny_gpt −7%,
+    vit_tiny −7%; with AVX-512 they cost mnist_mlp +10…+14% and tiny_gpt +7%).  A net whose FLOPs
+    are mostly convs is faster unpacked on both (mobilenet_v2 −14% / −9%, efficientnet_b0 −2% /
+    −6%, resnet18@32² +3% / −12%, mnist_cnn, cifar_cnn_bn).  packed="on"|"off" (LowerOptions.packed,
+    LMC_PACKED at the command line) overrides: PACKED on every target, or no hint (A/B)."""
     if packed != "auto":
-        return packed == "on"
-    for n in net.graph.nodes:
-        if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]):
-            _, o, oh, ow = n.out.type.dims
-            if o <= 64 and oh * ow >= 28 * 28:
-                return False
-    return True
+        return PACKED if packed == "on" else None
+    conv = sum(n.flops for n in net.graph.nodes
+               if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]))
+    return PACKED_AVX2 if 2 * conv < max(net.total_flops, 1) else None
 
 
 # Alternative spellings of a primitive (same math, same contract, both oracle-tested).
