@@ -142,11 +142,12 @@ def host_has_avx512() -> bool:
 def target_has_avx512(fl: list[str]) -> bool:
     """Whether the llvm-cpu target that iree-compile flags `fl` name (the last
     --iree-llvmcpu-target-cpu / -cpu-features wins, as in iree-compile) has AVX-512F."""
-    feats = _last(fl, "--iree-llvmcpu-target-cpu-features")
+    feats = _last(fl, "--iree-llvmcpu-target-cpu-features") or ""
     if feats == "host":
         return host_has_avx512()
-    if feats and ("+avx512f" in feats.split(",") or "-avx512f" in feats.split(",")):
-        return "+avx512f" in feats.split(",")
+    for f in reversed(feats.split(",")):            # an explicit ±avx512f decides (the last one)
+        if f in ("+avx512f", "-avx512f"):
+            return f == "+avx512f"
     cpu = _last(fl, "--iree-llvmcpu-target-cpu") or "host"
     return host_has_avx512() if cpu == "host" else cpu in _AVX512_CPUS
 
