@@ -58,11 +58,12 @@ def tensors(path: Path) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files if k != "__lmc__"}
 
 
-def ranks(out: Path, spec: Path, steps: int, *sets: str, n: int = 2):
-    """Run tests/dist_worker.py on n ranks; returns each rank's arrays."""
+def ranks(out: Path, spec: Path, steps: int, *sets: str, n: int = 2, overlap: str = "off"):
+    """Run tests/dist_worker.py on n ranks; returns each rank's arrays.  overlap="on": the
+    backward in two halves, the late gradients summed while the early backward runs."""
     cmd = [mpiexec(), "-n", str(n), sys.executable, str(ROOT / "tests" / "dist_worker.py"), str(spec), str(out),
            str(steps), *sets]
-    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, env={**ENV, "LMC_DIST_OVERLAP": overlap}, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return [list(np.load(out / f"rank{i}.npz").values()) for i in range(n)]
 
@@ -72,11 +73,13 @@ def lmc_cli(*args, timeout=300):
                           text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("steps,extra", [(6, []), (9, ["train.grad_accum_steps=2"])])
-def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path, steps, extra):
+@pytest.mark.parametrize("steps,extra,overlap", [(6, [], "off"), (9, ["train.grad_accum_steps=2"], "off"),
+                                                 (9, ["train.grad_accum_steps=2"], "on")])
+def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path, steps, extra, overlap):
     """(With accumulation, 9 steps end mid-cycle: the checkpoint's accumulator is the ranks' mean,
-    equal to one process's.)"""
-    got = ranks(tmp_path / "dp", MLP, steps, "train.batch_size=32", *extra)
+    equal to one process's.  overlap on: micro-steps without an update run both halves and
+    sum nothing.)"""
+    got = ranks(tmp_path / "dp", MLP, steps, "train.batch_size=32", *extra, overlap=overlap)
     assert checksum(got[0]) == checksum(got[1])                   # ranks bit-identical
     sets = [a for e in extra for a in ("--set", e)]
     r = lmc_cli("train", MLP, "--max-steps", steps, "--set", "train.batch_size=64", *sets, "--out", tmp_path / "one")
@@ -99,7 +102,8 @@ def test_two_ranks_equal_one_process_at_the_global_batch(tmp_path, steps, extra)
 
 def ghost_reference(spec: Path, steps: int, W: int):
     """One process: each rank's slice of the global batch through @grad_step with its own BN
-    statistics, the gradients summed, @apply_step; the running statistics averaged at the end."""
+    statistics, the gradients summed, @apply_step; the running statistics averaged at the end.
+    (Under LMC_DIST_OVERLAP=on the ranks run the backward in two halves; this one whole.)"""
     from lmc.compile import compile_module
     from lmc.data import Batcher
     from lmc.graph.init import init_tensors
@@ -113,7 +117,7 @@ def ghost_reference(spec: Path, steps: int, W: int):
     net = infer(load_spec(spec))
     glob = infer(load_spec(spec, [(f"train.batch_size={net.batch * W}", "--set")]))
     cfg, a, ag = net.spec.train, abi(net, W), abi(glob)
-    mod = Module(compile_module(lower(net, world=W)).path)
+    mod = Module(compile_module(lower(net, world=W, the_abi=a)).path)   # one @grad_step
     ds = load_data(glob, None, cfg.seed)
     nc = net.num_classes
     bt = Batcher(ds, glob.batch, seed=cfg.seed, labels=lambda y: ag.loss.fit_labels(y, nc, cfg))
@@ -140,10 +144,15 @@ def ghost_reference(spec: Path, steps: int, W: int):
     return P + O + [(sum(s[k] for s in S) / np.float32(W)).astype(np.float32) for k in range(nS)]
 
 
-def test_two_ranks_bn_dropout_equal_the_ghost_bn_reference(tmp_path):
+@pytest.mark.parametrize("overlap", ["off", "on"])
+def test_two_ranks_bn_dropout_equal_the_ghost_bn_reference(tmp_path, overlap):
     spec = tmp_path / "dist_bn.yaml"
     spec.write_text(BN_SPEC)
-    got = ranks(tmp_path / "dp", spec, 5)
+    from lmc.graph.infer import infer
+    from lmc.lower.lowering import abi
+    from lmc.spec.netspec import load_spec
+    assert bool(abi(infer(load_spec(spec)), 2, overlap=overlap == "on").cut) == (overlap == "on")
+    got = ranks(tmp_path / "dp", spec, 5, overlap=overlap)
     assert checksum(got[0]) == checksum(got[1])
     ref = ghost_reference(spec, 5, 2)
     assert len(ref) == len(got[0])
@@ -285,6 +294,20 @@ def test_refusals(tmp_path, sets, msg):
     assert r.returncode == 2, r.stderr[-2000:]
     assert msg in r.stderr
     assert not (tmp_path / "r" / "last.npz").exists()
+
+
+def test_overlap_switch_at_the_command_line(tmp_path):
+    """LMC_DIST_OVERLAP=on trains through `lmc train --nproc 2` (the halves, each rank's
+    metrics showing the all-reduce wait); another value is refused naming the variable."""
+    r = subprocess.run([sys.executable, "-m", "lmc", "train", str(MLP), "--nproc", "2", "--max-steps", "3",
+                        "--out", str(tmp_path / "r")], env={**ENV, "LMC_DIST_OVERLAP": "on"},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    end = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if '"end"' in x][-1]
+    assert end["step"] == 3 and "allreduce_seconds" in end
+    r = subprocess.run([sys.executable, "-m", "lmc", "train", str(MLP), "--max-steps", "1", "--out", str(tmp_path / "s")],
+                       env={**ENV, "LMC_DIST_OVERLAP": "yes"}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "LMC_DIST_OVERLAP='yes'" in r.stderr, r.stderr[-2000:]
 
 
 def test_nproc_under_a_launcher_must_match(tmp_path):

@@ -28,7 +28,7 @@ from lmc.check import check
 from lmc.graph.infer import lowers
 from lmc.layers import all_layers
 from lmc.lower.lowering import abi, lower, option_refusal
-from lmc.lower.options import LowerOptions
+from lmc.lower.options import LowerOptions, switch
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.run.rundir import require_init, resolve_init, run_of_spec
 from lmc.train.bench import DeviceMissing, bench
@@ -236,7 +236,8 @@ def train(spec: SpecArg,
                                 resume=resume, shuffle=shuffle, overwrite=overwrite, log_every=max(1, log_every),
                                 progress_every=progress_every,
                                 tensorboard=tensorboard, stream=stream, loader_workers=loader_workers, dist_timeout=dist_timeout,
-                                nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env())
+                                nproc=world if world > 1 else nproc, lower_options=LowerOptions.from_env(),
+                                dist_overlap=switch("LMC_DIST_OVERLAP", ("off", "on"), "off") == "on")
             if world == 1 and nproc > 1:
                 # this process launches the ranks: refuse what they would refuse, once, here
                 job = check_job(net, opts, err)

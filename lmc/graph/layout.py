@@ -54,10 +54,12 @@ def _reach(g: Graph, prims: dict, can: dict) -> dict[int, bool]:
 def place(g: Graph, output: Value, prim_for=lambda n: n.prim, hbwc: bool = True) -> tuple[Graph, Value]:
     """The graph with layouts assigned (module docstring): a shallow copy whose nodes are new
     (HBWC forms of the primitives, transposes inserted); params, state, input and masks are the
-    same objects.  prim_for: the lowering's choice of spelling per node (its conv form);
+    same objects.  Its `copies[i]` is the position of logical node i's copy (the transposes
+    inserted sit between them, in front of the node that reads them).  prim_for: the lowering's choice of spelling per node (its conv form);
     hbwc=False: every value stays NCHW."""
     out = copy.copy(g)
     out.nodes = []
+    out.copies = []
     versions: dict[int, dict[str, Value]] = {g.x.id: {NCHW: g.x}}
     for m in g.masks:
         versions[m.value.id] = {NCHW: m.value}
@@ -100,5 +102,6 @@ def place(g: Graph, output: Value, prim_for=lambda n: n.prim, hbwc: bool = True)
                    layer=node.layer, flops=node.flops, mixed=node.mixed)
         new.out = out._value(physical(node.out.type, out_layout), new)
         out.nodes.append(new)
+        out.copies.append(len(out.nodes) - 1)
         versions[node.out.id] = {out_layout if node.out.type.rank == 4 else NCHW: new.out}
     return out, get(output, NCHW, -1)

@@ -9,6 +9,13 @@ for each slot, the params that have it, in P order), E = EMA weights (use_ema; P
 S = running state, G = gradient accumulators (P's types), hp = the runtime hyperparameters:
   @train_step(P..., O..., E..., S..., x, labels, hp, M...) -> (P'..., O'..., E'..., S'..., loss, correct)
   @grad_step(P..., S..., G..., x, labels, hp, M...)       -> (G + g..., S'..., loss, correct)
+  (data-parallel ranks, Abi.cut > 0: @grad_step in two halves, so the late layers' gradients
+  are summed across ranks while the early layers' backward runs — `backward_cut`:
+  @grad_late(P..., S..., G_late..., x, labels, hp, M...) -> (G_late + g..., S'..., loss, correct, C...)
+  @grad_early(P_early..., G_early..., C...)              -> (G_early + g...)
+  G_late: the accumulators of Abi.late, G_early the others', each in P order; P_early the
+  params the early layers read; C what the early backward needs: the cotangents that cross
+  the cut, the early layers' saved residuals, the late layers' share of a gradient both use)
   (M: the host-drawn dropout / drop-path masks, Abi.masks, none without those knobs)
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
@@ -77,12 +84,19 @@ class Abi:
     used: tuple = ()                # the distinct optimizers in use, in the hp vector's order
     masks: list = field(default_factory=list)   # graph.Mask: the train step's host-drawn random inputs
     world: int = 1                  # data-parallel ranks (lmc/run/dist.py): the gradient is Σ over them
+    cut: int = 0                    # > 0: @grad_late/@grad_early split before train-graph node `cut`
+    late: frozenset = frozenset()   # the params whose gradients @grad_late returns (backward_cut)
 
     @property
     def split(self) -> bool:
         """@grad_step + @apply_step instead of @train_step: accumulation, or data-parallel ranks
         (whose gradients are summed between the two)."""
         return self.accum > 1 or self.world > 1
+
+    def late_index(self) -> tuple[list[int], list[int]]:
+        """Positions in P of the params @grad_late returns gradients for, and of the others."""
+        late = [i for i, p in enumerate(self.params) if p.name in self.late]
+        return late, [i for i, p in enumerate(self.params) if p.name not in self.late]
 
     def mask_ones(self) -> list[np.ndarray]:
         """All-ones masks: the exact identity (what @forward uses)."""
@@ -121,10 +135,11 @@ def _unique(optimizers: dict) -> list[Optimizer]:
     return out
 
 
-def abi(net: TypedNet, world: int = 1) -> Abi:
+def abi(net: TypedNet, world: int = 1, overlap: bool = False) -> Abi:
     """The module's signature and what the host needs to call it (parameters, optimizer state
     layout, labels, the hp vector's names, masks) for a net the check stage passed (lmc/check:
-    the loss and optimizers it asks for exist and fit)."""
+    the loss and optimizers it asks for exist and fit).  world > 1 and overlap
+    (LMC_DIST_OVERLAP=on): the backward split where `backward_cut` says, else one @grad_step."""
     cfg = net.spec.train
     out = net.output.type
     if cfg is None:
@@ -147,9 +162,50 @@ def abi(net: TypedNet, world: int = 1) -> Abi:
     if k > 1 or world > 1:
         hp.append("grad_scale")
     no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and exempt_from_decay(p))
+    cut, late = backward_cut(t) if world > 1 and overlap else (0, frozenset())
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
                t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
-               list(t.graph.masks), world)
+               list(t.graph.masks), world, cut, late)
+
+
+# The backward's cut for data-parallel ranks (benchmarks/NOTES.md, "Data-parallel overlap"):
+# the gradients of the params only the layers after the cut read are summed across ranks while
+# the backward of the layers before it runs; the rest after it.  The cut minimises the modelled
+# all-reduce time left exposed, in bytes of gradient:
+#     max(0, late_bytes − 2·early_flops / REDUCE_FLOPS_PER_BYTE) + early_bytes
+# (2·early_flops: the early layers' backward, dx and dW).  REDUCE_FLOPS_PER_BYTE: the backward
+# FLOPs one rank computes while the all-reduce (copies, reduction, upload) moves one byte of
+# gradient, measured on 2 ranks × 1 core (resnet18@32²: 27 ms for 44.7 MB against ≈ 50 GFLOP/s).
+# The model is flat near its minimum, so the constant need not be exact.  No cut (one
+# @grad_step) unless it hides at least half of the bytes.
+REDUCE_FLOPS_PER_BYTE = 70.0
+
+
+def backward_cut(t: TypedNet) -> tuple[int, frozenset]:
+    """(k, late): the train graph's backward split before node k (0: not split), and the
+    params whose every use lies at or after it (those no node reads included: zeros)."""
+    nodes = t.graph.nodes
+    size = {p.name: 4 * p.type.size for p in t.graph.params}
+    first: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for p in n.params:
+            first.setdefault(p.name, i)
+    total = sum(size.values())
+    best, at = total / 2, 0
+    flops = early = 0
+    for k in range(1, len(nodes)):
+        flops += nodes[k - 1].flops
+        early += sum(size[p.name] for p in nodes[k - 1].params if first[p.name] == k - 1)
+        exposed = max(0.0, total - early - 2 * flops / REDUCE_FLOPS_PER_BYTE) + early
+        if exposed < best:
+            best, at = exposed, k
+    return (at, late_after(t, at)) if at else (0, frozenset())
+
+
+def late_after(t: TypedNet, k: int) -> frozenset:
+    """The params of the train graph no node before node k reads (@grad_late's)."""
+    early = {p.name for n in t.graph.nodes[:k] for p in n.params}
+    return frozenset(p.name for p in t.graph.params if p.name not in early)
 
 
 def exempt_from_decay(p) -> bool:
@@ -281,6 +337,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
         tnet = train_net(net)      # train.train_res: the same weights at the training resolution
         if not a.split:
             bodies.append(_train_step(tnet, em, a))
+        elif a.cut:
+            bodies += [*_grad_halves(tnet, em, a), _apply_step(net, em, a)]
         else:
             bodies += [_grad_step(tnet, em, a), _apply_step(net, em, a)]
         if net.spec.train.use_swa:
@@ -461,11 +519,13 @@ def _mask_args(a: Abi) -> list[str]:
     return [f"%m{i}: {m.value.type.mlir}" for i, m in enumerate(a.masks)]
 
 
-def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = None):
+def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = None, cut: int = 0):
     """Forward, loss, reverse walk and running statistics.  Returns (grads: param name → SSA,
     new state: state name → SSA, (loss, correct)); with `dx` a list, the cotangents reaching
     the network input are appended to it (else the first layers' dx are dropped).  The masks
-    are the function's %m arguments, except under `dx` (@input_grad: all ones, the eval net)."""
+    are the function's %m arguments, except under `dx` (@input_grad: all ones, the eval net).
+    cut > 0 (@grad_late): the reverse walk stops before the train graph's node `cut`; grads
+    holds only Abi.late's, and a fourth result is the _Carry @grad_early continues from."""
     g, out = _placed(net, em)
     masks = _ones(em, g.masks) if dx is not None else {m.value.id: f"%m{i}" for i, m in enumerate(g.masks)}
     val = {g.x.id: "%x", **masks}
@@ -487,7 +547,33 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
     # backward: reverse walk, summing cotangents where a value fans out
     cot: dict[int, list[str]] = {out.id: [lres[1]]}
     grads: dict[str, list[str]] = {}
-    for node in reversed(g.nodes):
+    k = g.copies[cut] if cut else 0
+    _walk(net, em, g, g.nodes[k:], cot, saved, grads, N, dx)
+    params = [p for p in a.params if not cut or p.name in a.late]
+    gsum = {p.name: (_sum(em, grads.pop(p.name), p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
+            for p in params}
+    # running statistics: running = m·running + (1 − m)·batch (m = bn_momentum, weight on OLD)
+    new_s = {}
+    for node in g.nodes:
+        for s, (b, t) in zip(node.state, stats.get(id(node), [])):
+            esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": t.mlir}, "running statistics")
+            new_s[s.name] = em.call(esym, [(N.s[s.name], t.mlir), (b, t.mlir), (hp_ssa("bn_momentum"), SCALAR)],
+                                    [t.mlir])[0]
+    if not cut:
+        return gsum, new_s, (lres[0], lres[2])
+    early = g.nodes[:k]
+    carry = _Carry([(v, _sum(em, ds, _type_of(g, v))) for v, ds in cot.items()],
+                   [(id(n), j, s, t) for n in early for j, (s, t) in enumerate(saved[id(n)])],
+                   [(name, _sum(em, ds, next(p.type.mlir for p in a.params if p.name == name)))
+                    for name, ds in grads.items()])
+    return gsum, new_s, (lres[0], lres[2]), carry
+
+
+def _walk(net: TypedNet, em: _Emitter, g, nodes, cot: dict, saved: dict, grads: dict, N: _Names,
+          dx: list | None):
+    """The reverse walk over `nodes` (a prefix or suffix of g.nodes, walked last to first):
+    each reached node's backward, its input cotangents added to `cot`, its params' to `grads`."""
+    for node in reversed(nodes):
         if node.out.id not in cot:
             continue
         dy = _sum(em, cot.pop(node.out.id), node.out.type.mlir)
@@ -504,16 +590,27 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
                 dx.append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
-    gsum = {p.name: (_sum(em, grads[p.name], p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
-            for p in a.params}
-    # running statistics: running = m·running + (1 − m)·batch (m = bn_momentum, weight on OLD)
-    new_s = {}
-    for node in g.nodes:
-        for s, (b, t) in zip(node.state, stats.get(id(node), [])):
-            esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": t.mlir}, "running statistics")
-            new_s[s.name] = em.call(esym, [(N.s[s.name], t.mlir), (b, t.mlir), (hp_ssa("bn_momentum"), SCALAR)],
-                                    [t.mlir])[0]
-    return gsum, new_s, (lres[0], lres[2])
+
+
+def _type_of(g, vid: int) -> str:
+    """The (physical) type of the value `vid` of the placed graph."""
+    return next(n.out.type.mlir for n in g.nodes if n.out.id == vid)
+
+
+@dataclass
+class _Carry:
+    """What @grad_late hands @grad_early (its C results, in this order): the cotangents of the
+    values that cross the cut (value id, SSA), the early nodes' saved residuals (node id,
+    position, SSA, type) and the late layers' share of a gradient an early node adds to (param
+    name, SSA)."""
+    cot: list
+    saved: list
+    grads: list
+
+    def values(self, g, a: Abi) -> list[tuple[str, str]]:
+        ptype = {p.name: p.type.mlir for p in a.params}
+        return ([(s, _type_of(g, v)) for v, s in self.cot] + [(s, t.mlir) for _, _, s, t in self.saved] +
+                [(s, ptype[name]) for name, s in self.grads])
 
 
 def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
@@ -599,11 +696,7 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     N = _Names(net, a)
     args = N.args(a, "PSG") + [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
     grads, new_s, (loss, correct) = _grads(net, em, a, N)
-    rets = []
-    for p in a.params:
-        acc = em.fresh("acc")
-        em.lines.append(f"    {acc} = stablehlo.add {N.g[p.name]}, {grads[p.name]} : {p.type.mlir}")
-        rets.append((acc, p.type.mlir))
+    rets = _accumulated(em, a.params, N, grads)
     rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
     rets += [(loss, SCALAR), (correct, SCALAR)]
     # S' over S (args P, S, G; results G', S').  G' gets a fresh buffer: the G a cycle starts
@@ -611,6 +704,59 @@ def _grad_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     nP, nS = len(a.params), len(a.state)
     args = inplace.tie(args, em.lines, rets, [(nP + i, nP + i) for i in range(nS)], em.funcs, em.options.tie)
     return _func("grad_step", args, em, rets)
+
+
+def _grad_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
+    """@grad_late and @grad_early (the module docstring): @grad_step cut before the train graph's
+    node a.cut (`backward_cut`), the cut's carried values passed from one to the other."""
+    em.lines = []
+    N = _Names(net, a)
+    late, early = a.late_index()
+    args = N.args(a, "PS") + [f"{N.g[a.params[i].name]}: {a.params[i].type.mlir}" for i in late] + \
+        [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
+    grads, new_s, (loss, correct), carry = _grads(net, em, a, N, cut=a.cut)
+    rets = _accumulated(em, [a.params[i] for i in late], N, grads)
+    rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
+    rets += [(loss, SCALAR), (correct, SCALAR)]
+    g, _ = _placed(net, em)
+    rets += carry.values(g, a)
+    nP, nS = len(a.params), len(a.state)
+    args = inplace.tie(args, em.lines, rets, [(nP + i, len(late) + i) for i in range(nS)], em.funcs, em.options.tie)
+    first = _func("grad_late", args, em, rets)
+
+    em.lines = []
+    k = g.copies[a.cut]
+    used = {p.name for n in g.nodes[:k] for p in n.params}
+    if used != {a.params[i].name for i in early}:
+        raise AssertionError(f"backward cut {a.cut}: the early nodes read {sorted(used)[:4]}…, the ABI "
+                             f"gives them {[a.params[i].name for i in early][:4]}…")
+    cs = [f"%c{j}" for j in range(len(carry.values(g, a)))]
+    ctypes = [t for _, t in carry.values(g, a)]
+    args = [f"{N.p[a.params[i].name]}: {a.params[i].type.mlir}" for i in early] + \
+        [f"{N.g[a.params[i].name]}: {a.params[i].type.mlir}" for i in early] + \
+        [f"{c}: {t}" for c, t in zip(cs, ctypes)]
+    it = iter(cs)
+    cot = {v: [next(it)] for v, _ in carry.cot}
+    saved: dict[int, list] = {id(n): [] for n in g.nodes[:k]}
+    for nid, _, _, t in carry.saved:
+        saved[nid].append((next(it), t))
+    grads_e = {name: [next(it)] for name, _ in carry.grads}
+    _walk(net, em, g, g.nodes[:k], cot, saved, grads_e, N, None)
+    gsum = {a.params[i].name: (_sum(em, grads_e[a.params[i].name], a.params[i].type.mlir)
+                               if a.params[i].name in grads_e else _zeros(em, a.params[i].type.mlir))
+            for i in early}
+    second = _func("grad_early", args, em, _accumulated(em, [a.params[i] for i in early], N, gsum))
+    return first, second
+
+
+def _accumulated(em: _Emitter, params, N: _Names, grads: dict) -> list[tuple[str, str]]:
+    """G + g for `params`: the accumulators' new values, as results."""
+    rets = []
+    for p in params:
+        acc = em.fresh("acc")
+        em.lines.append(f"    {acc} = stablehlo.add {N.g[p.name]}, {grads[p.name]} : {p.type.mlir}")
+        rets.append((acc, p.type.mlir))
+    return rets
 
 
 def _apply_step(net: TypedNet, em: _Emitter, a: Abi) -> str:

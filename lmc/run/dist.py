@@ -6,7 +6,11 @@ Each rank runs the compiled `@grad_step` on its shard of the global batch; the g
 accumulators G come to the host, are packed into ~25 MB buckets and summed across ranks by
 MPI_Iallreduce (each bucket's reduction starts as soon as it is packed, while the next is being
 copied); every rank uploads the same sums and runs `@apply_step`, whose grad_scale is
-1/(grad_accum_steps · N): the mean over the global batch.  Parameters and optimizer state are
+1/(grad_accum_steps · N): the mean over the global batch.  Where the lowering split the backward
+(`@grad_late` + `@grad_early`, lowering.backward_cut), the late layers' accumulators are summed
+by a helper thread (`sum_started`: its copies, reduction and upload) while `@grad_early` runs,
+and the early ones' after it (LMC_DIST_OVERLAP=on; benchmarks/NOTES.md has why it is off by
+default: ranks that share a machine's cores gain nothing from it).  Parameters and optimizer state are
 replicated and stay bit-identical (checked by `Checker`).
 
 Rank and world size come from the launcher's environment (MPICH/Hydra: PMI_RANK/PMI_SIZE;
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +90,11 @@ class Mpi:
         self.timeout = timeout
         self.step = 0                       # for messages: the step of the collective waited on
         self.reduce_seconds = 0.0           # host time in sum_buffers (copies + all-reduce + wait)
-        self._buf = None
+        self._bufs: dict[int, np.ndarray] = {}    # flat buffers by caller's key, kept between updates
+        # sum_started's thread, started now: before a CPU module lowers the caller's priority
+        # (runtime.yield_to_workers), which a thread started later would inherit and be starved by
+        self._helper = ThreadPoolExecutor(1, thread_name_prefix="lmc-allreduce")
+        self._helper.submit(lambda: None).result()
 
     # -------------------------------------------------------------- waiting with a deadline
     def _wait(self, reqs, what: str):
@@ -106,18 +115,30 @@ class Mpi:
         self.comm.Abort(code)
 
     # -------------------------------------------------------------- collectives
-    def sum_buffers(self, arrays, extra: np.ndarray):
+    def sum_buffers(self, arrays, extra: np.ndarray, key: int = 0):
         """Σ over ranks of device (or host) arrays and of a small float64 vector `extra`.
-        The arrays are copied into one flat float32 buffer, bucket by bucket; each bucket's
-        Iallreduce starts when it is full.  Returns (host arrays, summed extra) — views into
-        the buffer, valid until the next call."""
+        The arrays are copied into one flat float32 buffer (one per `key`), bucket by bucket;
+        each bucket's Iallreduce starts when it is full.  Returns (host arrays, summed extra) —
+        views into the buffer, valid until the next call with this key."""
         t0 = time.perf_counter()
+        out = self._sum(arrays, extra, key)
+        self.reduce_seconds += time.perf_counter() - t0
+        return out
+
+    def sum_started(self, arrays, finish, key: int = 1) -> "Started":
+        """sum_buffers(arrays) (no extra) on a helper thread, `finish` applied there to the summed
+        host arrays (the upload to the device): its copies, reduction and upload overlap what
+        the caller runs next.  The caller makes no other MPI call until `Started.result()`,
+        which waits for it and counts only the time spent waiting there as reduce_seconds."""
+        return Started(self, arrays, finish, key)
+
+    def _sum(self, arrays, extra, key):
         MPI = self.MPI
         sizes = [int(np.prod(a.shape)) for a in arrays]
         total = sum(sizes)
-        if total and (self._buf is None or self._buf.size != total):
-            self._buf = np.empty(total, np.float32)     # kept: the next update reuses it
-        buf = self._buf if total else np.empty(0, np.float32)
+        buf = self._bufs.get(key)
+        if buf is None or buf.size != total:
+            buf = self._bufs[key] = np.empty(total, np.float32)
         reqs, start, off = [], 0, 0
         per = max(1, BUCKET_BYTES // 4)
         for a, n in zip(arrays, sizes):
@@ -129,21 +150,22 @@ class Mpi:
                 start = off
         if off > start:
             reqs.append(self.comm.Iallreduce(MPI.IN_PLACE, [buf[start:off], MPI.FLOAT], op=MPI.SUM))
-        ext = np.ascontiguousarray(extra, np.float64).copy()
-        reqs.append(self.comm.Iallreduce(MPI.IN_PLACE, [ext, MPI.DOUBLE], op=MPI.SUM))
+        ext = None
+        if extra is not None:
+            ext = np.ascontiguousarray(extra, np.float64).copy()
+            reqs.append(self.comm.Iallreduce(MPI.IN_PLACE, [ext, MPI.DOUBLE], op=MPI.SUM))
         self._wait(reqs, "gradient all-reduce")
         out, off = [], 0
         for a, n in zip(arrays, sizes):
             out.append(buf[off:off + n].reshape(a.shape))
             off += n
-        self.reduce_seconds += time.perf_counter() - t0
         return out, ext
 
     def mean_arrays(self, arrays):
         """The mean over ranks of host/device arrays (BN running statistics), as new host arrays."""
         if not arrays:
             return []
-        summed, _ = self.sum_buffers(arrays, np.zeros(1))
+        summed, _ = self.sum_buffers(arrays, np.zeros(1), key=2)
         return [(s / np.float32(self.size)).astype(np.float32) for s in summed]
 
     def allgather(self, obj):
@@ -159,6 +181,26 @@ class Mpi:
         self._wait([self.comm.Iallgatherv([data, MPI.BYTE], [out, (lens, offs), MPI.BYTE])], "gather")
         return [pickle.loads(out[o:o + k].tobytes()) for o, k in zip(offs, lens)]
 
+
+
+class Started:
+    """A sum of arrays over ranks running on the world's helper thread (Mpi.sum_started)."""
+
+    def __init__(self, world: Mpi, arrays, finish, key: int):
+        self.world = world
+        self.future = world._helper.submit(self._run, arrays, finish, key)
+
+    def _run(self, arrays, finish, key):
+        summed, _ = self.world._sum(arrays, None, key)
+        return finish(summed)
+
+    def result(self):
+        """finish(the summed arrays), once the helper is done (its error raised here)."""
+        t0 = time.perf_counter()
+        try:
+            return self.future.result()
+        finally:
+            self.world.reduce_seconds += time.perf_counter() - t0
 
 
 def report(line: str) -> None:

@@ -33,6 +33,7 @@ class TrainOptions:
     loader_workers: int | None = None  # image folders decoded in N processes (0/None: threads)
     dist_timeout: float | None = None  # data-parallel: seconds a rank waits for the others
     nproc: int = 1                    # data-parallel ranks (lmc/run/dist.py; the launcher's world)
+    dist_overlap: bool = False        # data-parallel: the backward split to overlap the all-reduce (LMC_DIST_OVERLAP=on)
     lower_options: LowerOptions = LowerOptions()   # the lowering's spellings (the command line's LMC_*)
 
 

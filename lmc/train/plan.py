@@ -88,7 +88,7 @@ def check_job(net, opts: TrainOptions, console) -> TrainJob:
     # the launching process (`--nproc N`, one process yet) checks what its ranks will
     W = world.size if world.size > 1 else opts.nproc
     check(net, W).raise_all()          # every refusal, before any data is read or compiled
-    a = abi(net, W)
+    a = abi(net, W, opts.dist_overlap)
     if world.size > 1 and world.rank != 0:       # rank 0 speaks and writes for the run
         from rich.console import Console
         console = Console(quiet=True)

@@ -105,15 +105,56 @@ class AccumulatedStep(StepStrategy):
         w, k, step = self.world, self.abi.accum, state.pos.step
         hp = self.abi.hp_vector(self.cfg, lr, -(-step // k))
         nP, nS = len(state.P), len(state.S)
-        out = state.module.grad_step(*state.P, *state.S, *state.G, shard(x, w.rank, w.size),
-                                     shard(y, w.rank, w.size), hp,
-                                     *step_masks(self.abi, self.cfg, state.pos, w))
+        update = step % k == 0
+        args = (shard(x, w.rank, w.size), shard(y, w.rank, w.size), hp,
+                *step_masks(self.abi, self.cfg, state.pos, w))
+        if self.abi.cut:
+            return self._halves(state, args, update, hp)
+        out = state.module.grad_step(*state.P, *state.S, *state.G, *args)
         state.G, state.S = out[:nP], out[nP:nP + nS]
         loss, correct = out[-2], out[-1]
-        update = step % k == 0
         G = state.G
         if w.size > 1:
             G, loss, correct = self._all_reduce(state, update, loss, correct)
+        return self._apply(state, update, G, hp, loss, correct)
+
+    def _halves(self, state, args, update: bool, hp):
+        """The backward in two calls (Abi.cut, lowering.backward_cut): @grad_late, then — while a
+        helper thread sums and uploads its accumulators across ranks before an update —
+        @grad_early; the early accumulators, the loss, the correct count and the stop flag are
+        summed after it."""
+        w, m = self.world, state.module
+        late, early = self.abi.late_index()
+        nL, nS = len(late), len(state.S)
+        G = list(state.G)
+        out = m.grad_late(*state.P, *state.S, *[G[i] for i in late], *args)
+        state.S, (loss, correct), carry = out[nL:nL + nS], out[nL + nS:nL + nS + 2], out[nL + nS + 2:]
+        for i, g in zip(late, out[:nL]):
+            G[i] = g
+        started = None
+        if update and w.size > 1:
+            w.step = state.pos.step
+            started = w.sum_started(out[:nL], lambda summed: [m.upload(g) for g in summed])
+        res = m.grad_early(*[state.P[i] for i in early], *[G[i] for i in early], *carry)
+        res = res if isinstance(res, (list, tuple)) else [res]      # IREE returns one result bare
+        for i, g in zip(early, res):
+            G[i] = g
+        state.G = G
+        if w.size > 1:
+            summed = list(G)
+            if started is not None:
+                for i, g in zip(late, started.result()):
+                    summed[i] = g
+            part = [G[i] for i in early] if update else []
+            reduced, loss, correct = self._all_reduce(state, update, loss, correct, part)
+            for i, g in zip(early, reduced):
+                summed[i] = g
+            G = summed
+        return self._apply(state, update, G, hp, loss, correct)
+
+    def _apply(self, state, update: bool, G, hp, loss, correct):
+        """After the k-th micro-batch: @apply_step on the (summed) accumulators G."""
+        w, step, nP = self.world, state.pos.step, len(state.P)
         if update:
             nO, nE = len(state.O), len(state.E)
             res = state.module.apply_step(*state.P, *state.O, *state.E, *G, hp)
@@ -123,12 +164,12 @@ class AccumulatedStep(StepStrategy):
                 check_same(w, "parameters", to_host(state.P), step)
         return loss, correct
 
-    def _all_reduce(self, state, update: bool, loss, correct):
-        """The ranks' sum of the accumulators (before an update; none otherwise), of the losses,
-        the correct counts and the stop flags."""
+    def _all_reduce(self, state, update: bool, loss, correct, arrays=None):
+        """The ranks' sum of the accumulators (`arrays`, default all of G, before an update;
+        none otherwise), of the losses, the correct counts and the stop flags."""
         w = self.world
         w.step = state.pos.step
-        summed, ext = w.sum_buffers(state.G if update else [],
+        summed, ext = w.sum_buffers((state.G if arrays is None else arrays) if update else [],
                                     np.array([scalar(loss), scalar(correct), float(self.stop.signalled)]))
         G = [state.module.upload(g) for g in summed]
         if ext[2] > 0:
