@@ -32,25 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "specs" / "digits_mlp.yaml"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "LMC_TASK_WORKERS": "1"}
 
-BN_SPEC = """
-name: dist_bn
-input: {channels: 1, height: 8, width: 8}
-dataset: digits
-layers:
-  - conv_bn: {ic: 1, oc: 8, k_size: 3}
-  - max_pool: {size: 2, stride: 2}
-  - conv_bn: {ic: 8, oc: 16, k_size: 3}
-  - global_avg_pool
-  - dense: {fan_in: 16, fan_out: 10}
-train:
-  learning_rate: 0.01
-  batch_size: 16
-  epochs: 1
-  momentum: 0.9
-  bn_momentum: 0.9
-  dropout: 0.25
-  seed: 3
-"""
+BN_SPEC = ROOT / "tests" / "data" / "bn_dropout.yaml"   # conv_bn, max_pool, dropout
 
 
 def tensors(path: Path) -> dict[str, np.ndarray]:
@@ -146,8 +128,7 @@ def ghost_reference(spec: Path, steps: int, W: int):
 
 @pytest.mark.parametrize("overlap", ["off", "on"])
 def test_two_ranks_bn_dropout_equal_the_ghost_bn_reference(tmp_path, overlap):
-    spec = tmp_path / "dist_bn.yaml"
-    spec.write_text(BN_SPEC)
+    spec = BN_SPEC
     from lmc.graph.infer import infer
     from lmc.lower.lowering import abi
     from lmc.spec.netspec import load_spec

@@ -7,6 +7,7 @@ over).  Also the cut rule itself, on the bench nets."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,18 +24,7 @@ from lmc.run.runtime import Module  # noqa: E402
 pytestmark = pytest.mark.iree
 W = 2
 
-DROPOUT_BN = """
-name: halves_bn
-input: {channels: 1, height: 8, width: 8}
-dataset: digits
-layers:
-  - conv_bn: {ic: 1, oc: 8, k_size: 3}
-  - max_pool: {size: 2, stride: 2}
-  - conv_bn: {ic: 8, oc: 16, k_size: 3}
-  - global_avg_pool
-  - dense: {fan_in: 16, fan_out: 10}
-train: {learning_rate: 0.01, batch_size: 8, epochs: 1, momentum: 0.9, dropout: 0.25, seed: 3}
-"""
+DROPOUT_BN = str(Path(__file__).parent / "data" / "bn_dropout.yaml")   # conv_bn, max_pool, dropout
 
 
 def _inputs(net, a, seed=0):
