@@ -55,8 +55,8 @@ def place(g: Graph, output: Value, prim_for=lambda n: n.prim, hbwc: bool = True)
     """The graph with layouts assigned (module docstring): a shallow copy whose nodes are new
     (HBWC forms of the primitives, transposes inserted); params, state, input and masks are the
     same objects.  Its `copies[i]` is the position of logical node i's copy (the transposes
-    inserted sit between them, in front of the node that reads them).  prim_for: the lowering's choice of spelling per node (its conv form);
-    hbwc=False: every value stays NCHW."""
+    inserted sit between them, in front of the node that reads them).  prim_for: the
+    lowering's choice of spelling per node (its conv form); hbwc=False: every value stays NCHW."""
     out = copy.copy(g)
     out.nodes = []
     out.copies = []

@@ -174,10 +174,11 @@ def abi(net: TypedNet, world: int = 1, overlap: bool = False) -> Abi:
 # all-reduce time left exposed, in bytes of gradient:
 #     max(0, late_bytes − 2·early_flops / REDUCE_FLOPS_PER_BYTE) + early_bytes
 # (2·early_flops: the early layers' backward, dx and dW).  REDUCE_FLOPS_PER_BYTE: the backward
-# FLOPs one rank computes while the all-reduce (copies, reduction, upload) moves one byte of
-# gradient, measured on 2 ranks × 1 core (resnet18@32²: 27 ms for 44.7 MB against ≈ 50 GFLOP/s).
-# The model is flat near its minimum, so the constant need not be exact.  No cut (one
-# @grad_step) unless it hides at least half of the bytes.
+# FLOPs one rank computes while the helper thread's all-reduce (copies, reduction, upload) moves
+# one byte of gradient, both measured side by side on 2 ranks × 1 core (resnet18@32²: the early
+# backward at ≈ 65 GFLOP/s, 40.8 MB summed and uploaded in ≈ 50 ms: ≈ 80).  The model is flat
+# near its minimum, so the constant need not be exact.  No cut (one @grad_step) unless it hides
+# at least half of the bytes.
 REDUCE_FLOPS_PER_BYTE = 70.0
 
 

@@ -10,8 +10,8 @@ copied); every rank uploads the same sums and runs `@apply_step`, whose grad_sca
 (`@grad_late` + `@grad_early`, lowering.backward_cut), the late layers' accumulators are summed
 by a helper thread (`sum_started`: its copies, reduction and upload) while `@grad_early` runs,
 and the early ones' after it (LMC_DIST_OVERLAP=on; benchmarks/NOTES.md has why it is off by
-default: ranks that share a machine's cores gain nothing from it).  Parameters and optimizer state are
-replicated and stay bit-identical (checked by `Checker`).
+default: ranks that share a machine's cores gain nothing from it).  Parameters and optimizer
+state are replicated and stay bit-identical (checked by `Checker`).
 
 Rank and world size come from the launcher's environment (MPICH/Hydra: PMI_RANK/PMI_SIZE;
 Open MPI: OMPI_COMM_WORLD_*; Slurm's PMI via the same variables).  A single-process run gets
