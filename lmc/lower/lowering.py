@@ -550,9 +550,7 @@ def _grads(net: TypedNet, em: _Emitter, a: Abi, N: _Names, dx: list | None = Non
     grads: dict[str, list[str]] = {}
     k = g.copies[cut] if cut else 0
     _walk(net, em, g, g.nodes[k:], cot, saved, grads, N, dx)
-    params = [p for p in a.params if not cut or p.name in a.late]
-    gsum = {p.name: (_sum(em, grads.pop(p.name), p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
-            for p in params}
+    gsum = _summed(em, grads, [p for p in a.params if not cut or p.name in a.late])
     # running statistics: running = m·running + (1 − m)·batch (m = bn_momentum, weight on OLD)
     new_s = {}
     for node in g.nodes:
@@ -591,6 +589,13 @@ def _walk(net: TypedNet, em: _Emitter, g, nodes, cot: dict, saved: dict, grads: 
                 dx.append(d)
         for p, d in zip(node.params, res[len(node.inputs):]):
             grads.setdefault(p.name, []).append(d)
+
+
+def _summed(em: _Emitter, grads: dict, params) -> dict:
+    """Each param's gradient: its contributions (taken out of `grads`) summed, zeros where it
+    has none."""
+    return {p.name: (_sum(em, grads.pop(p.name), p.type.mlir) if p.name in grads else _zeros(em, p.type.mlir))
+            for p in params}
 
 
 def _type_of(g, vid: int) -> str:
@@ -720,7 +725,8 @@ def _grad_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
     rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
     rets += [(loss, SCALAR), (correct, SCALAR)]
     g, _ = _placed(net, em)
-    rets += carry.values(g, a)
+    carried = carry.values(g, a)
+    rets += carried
     nP, nS = len(a.params), len(a.state)
     args = inplace.tie(args, em.lines, rets, [(nP + i, len(late) + i) for i in range(nS)], em.funcs, em.options.tie)
     first = _func("grad_late", args, em, rets)
@@ -731,11 +737,10 @@ def _grad_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
     if used != {a.params[i].name for i in early}:
         raise AssertionError(f"backward cut {a.cut}: the early nodes read {sorted(used)[:4]}…, the ABI "
                              f"gives them {[a.params[i].name for i in early][:4]}…")
-    cs = [f"%c{j}" for j in range(len(carry.values(g, a)))]
-    ctypes = [t for _, t in carry.values(g, a)]
+    cs = [f"%c{j}" for j in range(len(carried))]
     args = [f"{N.p[a.params[i].name]}: {a.params[i].type.mlir}" for i in early] + \
         [f"{N.g[a.params[i].name]}: {a.params[i].type.mlir}" for i in early] + \
-        [f"{c}: {t}" for c, t in zip(cs, ctypes)]
+        [f"{c}: {t}" for c, (_, t) in zip(cs, carried)]
     it = iter(cs)
     cot = {v: [next(it)] for v, _ in carry.cot}
     saved: dict[int, list] = {id(n): [] for n in g.nodes[:k]}
@@ -743,10 +748,8 @@ def _grad_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
         saved[nid].append((next(it), t))
     grads_e = {name: [next(it)] for name, _ in carry.grads}
     _walk(net, em, g, g.nodes[:k], cot, saved, grads_e, N, None)
-    gsum = {a.params[i].name: (_sum(em, grads_e[a.params[i].name], a.params[i].type.mlir)
-                               if a.params[i].name in grads_e else _zeros(em, a.params[i].type.mlir))
-            for i in early}
-    second = _func("grad_early", args, em, _accumulated(em, [a.params[i] for i in early], N, gsum))
+    params = [a.params[i] for i in early]
+    second = _func("grad_early", args, em, _accumulated(em, params, N, _summed(em, grads_e, params)))
     return first, second
 
 

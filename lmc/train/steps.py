@@ -100,6 +100,7 @@ class AccumulatedStep(StepStrategy):
     def __init__(self, abi, cfg, world, stop: Stop):
         super().__init__(abi, cfg, world)
         self.stop = stop
+        self.halves = abi.late_index()      # (late, early) positions in P, once, not per step
 
     def step(self, state, x, y, lr):
         w, k, step = self.world, self.abi.accum, state.pos.step
@@ -124,7 +125,7 @@ class AccumulatedStep(StepStrategy):
         @grad_early; the early accumulators, the loss, the correct count and the stop flag are
         summed after it."""
         w, m = self.world, state.module
-        late, early = self.abi.late_index()
+        late, early = self.halves
         nL, nS = len(late), len(state.S)
         G = list(state.G)
         out = m.grad_late(*state.P, *state.S, *[G[i] for i in late], *args)
