@@ -5,6 +5,7 @@ lowering options the text was made with (so two option sets never share an entry
 an option leaves the text alone)."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -14,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,14 +171,15 @@ def cache_key(text: str, fl: list[str], version: str, options: LowerOptions | No
 
 def compile_module(text: str, out: Path | None = None, backend: str | None = None, chip: str | None = None,
                    verbose: bool = False, options: LowerOptions | None = LowerOptions(),
-                   during=None) -> Compiled:
+                   during=None, cdir: Path | None = None) -> Compiled:
     """Compile `text` (cached); options: what lower() made it with (the defaults unless the caller
     lowered with others), None for a text lmc did not lower.  during: a context-manager factory
-    entered around a real iree-compile run (not on a cache hit): `lmc train`'s spinner."""
+    entered around a real iree-compile run (not on a cache hit): `lmc train`'s spinner.  cdir: the
+    cache directory (default: cache_dir() now)."""
     exe = find_compiler()
     fl = flags(backend, chip, text)
     key = cache_key(text, fl, compiler_version(exe), options)
-    cdir = cache_dir()
+    cdir = cdir if cdir is not None else cache_dir()
     cdir.mkdir(parents=True, exist_ok=True)
     cached = cdir / f"{key}.vmfb"
     mlir = cdir / f"{key}.mlir"
@@ -190,7 +193,7 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
         mlir_tmp.write_text(text)
         try:
             with (during() if during is not None else contextlib.nullcontext()):
-                proc = subprocess.run([exe, str(mlir_tmp), *fl, "-o", tmp_out], capture_output=True, text=True)
+                proc = _run([exe, str(mlir_tmp), *fl, "-o", tmp_out])
         except OSError as e:
             mlir_tmp.unlink(missing_ok=True)
             raise CompileError(f"cannot run {exe}: {e}") from None
@@ -211,6 +214,89 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
         shutil.copyfile(cached, tmp)
         os.replace(tmp, out)
     return Compiled(out or cached, hit, dt, cmd)
+
+
+# iree-compile processes running now: one a background compile started and the process is leaving
+# behind (compile_background) is stopped at exit rather than left to run on.
+_RUNNING: dict[subprocess.Popen, int] = {}        # → the thread that waits for it
+_LOCK = threading.Lock()
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        with _LOCK:
+            _RUNNING[proc] = threading.get_ident()
+        try:
+            out, err = proc.communicate()
+        finally:
+            with _LOCK:
+                _RUNNING.pop(proc, None)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill(thread: int | None = None):
+    """Stop the iree-compile processes that `thread` waits for (None: all of them)."""
+    with _LOCK:
+        procs = [p for p, t in _RUNNING.items() if thread is None or t == thread]
+    for p in procs:
+        with contextlib.suppress(OSError):
+            p.kill()
+
+
+class Pending:
+    """A compile_module call running on a thread of its own (compile_background); .result()
+    waits for it and returns its Compiled, or raises what it raised."""
+
+    def __init__(self, text: str, backend: str | None, chip: str | None, options: LowerOptions | None):
+        self._value: Compiled | None = None
+        self._error: BaseException | None = None
+        cdir = cache_dir()          # now: a caller may point LMC_CACHE elsewhere after this returns
+        self._thread = threading.Thread(target=self._run, args=(text, backend, chip, options, cdir),
+                                        name="lmc-compile", daemon=True)
+        _PENDING.add(self)
+        self._thread.start()
+
+    def _run(self, text, backend, chip, options, cdir):
+        try:
+            self._value = compile_module(text, None, backend, chip, options=options, cdir=cdir)
+        except BaseException as e:  # handed to whoever asks for the result
+            self._error = e
+        finally:
+            _PENDING.discard(self)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def cancel(self):
+        """Stop the compile (nobody will want it) and wait for its thread to tidy up."""
+        _kill(self._thread.ident)
+        self._thread.join(timeout=10)
+
+    def result(self) -> Compiled:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+_PENDING: set[Pending] = set()
+
+
+def compile_background(text: str, backend: str | None = None, chip: str | None = None,
+                       options: LowerOptions | None = LowerOptions()) -> Pending:
+    """Start compiling `text` (as compile_module, cached) beside whatever the caller does next:
+    `lmc train` compiles the net's @forward module this way while the train module compiles
+    (iree-compile keeps about one of two cores busy, so the second module costs the first little;
+    benchmarks/NOTES.md), and loads it when an eval first calls @forward."""
+    return Pending(text, backend, chip, options)
+
+
+@atexit.register
+def _stop_background():
+    """A background compile nobody waited for: stop its iree-compile, let its thread tidy up."""
+    _kill()
+    for pend in list(_PENDING):
+        pend._thread.join(timeout=5)
 
 
 def _diagnose(stderr: str, text: str, mlir: Path) -> str:

@@ -50,19 +50,21 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
     if w.meta is not None and w.meta.get("vocab") != ds.vocab:
         raise EvalError(f"{init} was trained on another character vocabulary than this text's "
                          f"(token ids would mean other characters)", hint="score it on the corpus it was trained on")
-    a, text = _train_module(net, b, options)
-    if stats != eval_batch_stats(net):      # --batch-stats on a running_bn: true recipe: another @forward
-        text = None
-    c = compile_module(text or lower(net, "forward", backend=b, options=options, batch_stats=stats), None, b, chip,
+    # the @forward module `lmc train` compiled beside its train module: a cache hit after training
+    c = compile_module(lower(net, "forward", backend=b, options=options, batch_stats=stats), None, b, chip,
                        options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({w.got.what}; {w.region} weights)")
-    mod = Module(c.path, b)
-    if recalibrate:
+    a = _train_abi(net)
+    if recalibrate:                 # the train step too (its BN statistics), as `lmc train` compiled it
+        text = _train_module(net, a, b, options)
         if text is None:
             raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
+        t = compile_module(text, None, b, chip, options=options)
+        mod = Module(t.path, b, later={"forward": lambda: c.path})
         S = recalibrate_bn(mod, net, w.got.params, recalibrate, ds, log)
     else:
+        mod = Module(c.path, b)
         state = w.got.state if w.got.state is not None else init_tensors(net, 0)[1] if stats else []
         S = [mod.upload(x) for x in state]     # under batch statistics, arguments @forward does not read
     args = (ds.x_val, ds.y_val, net.batch, net.num_classes or 1)
@@ -134,16 +136,22 @@ def _weights(net, init: Path, region: str, recalibrate: int, batch_stats: bool =
     return w
 
 
-def _train_module(net, backend: str, options: LowerOptions):
-    """(the ABI, the whole module as `lmc train` compiled it — a cache hit after training), each
-    None where the recipe's training functions do not build; the ABI built once."""
+def _train_abi(net):
+    """The recipe's ABI, None where it has no training functions that build."""
     if net.spec.train is None:
-        return None, None
+        return None
     try:
-        a = abi(net)
+        return abi(net)
     except LmcError:
-        return None, None
+        return None
+
+
+def _train_module(net, a, backend: str, options: LowerOptions) -> str | None:
+    """The training functions' module as `lmc train` compiled it (a cache hit after training), None
+    where they do not lower for this recipe."""
+    if a is None:
+        return None
     try:
-        return a, lower(net, backend=backend, options=options, the_abi=a)
+        return lower(net, "train_step", backend=backend, options=options, the_abi=a)
     except LmcError:
-        return a, None
+        return None

@@ -25,7 +25,7 @@ import numpy as np
 from lmc.compile import compile_module, resolve_backend
 from lmc.core.errors import EvalError
 from lmc.data.kinds import Kind, all_datasets
-from lmc.evaluate.checkpoint import _train_module, _weights
+from lmc.evaluate.checkpoint import _train_abi, _weights
 from lmc.evaluate.metrics import detections
 from lmc.evaluate.sample import sample
 from lmc.losses import BOXES, CLASS, FLOAT, MASK, MULTI_HOT
@@ -91,13 +91,13 @@ class Predictor:
 
 def load_predictor(net, init: Path, backend: str | None = None, chip: str | None = None,
                    options: LowerOptions = LowerOptions(), labels: Path | None = None) -> Predictor:
-    """Compile (cached: the module `lmc train` compiled, where the recipe lowers) and upload."""
+    """Compile (cached: the @forward module `lmc train` compiled) and upload."""
     w = _weights(net, Path(init), "auto", 0)
     if net.state and w.got.state is None:
         raise EvalError(f"{init} has no BN running statistics, which the forward needs for this net")
     b = resolve_backend(backend)
-    a, text = _train_module(net, b, options)
-    c = compile_module(text or lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
+    a = _train_abi(net)
+    c = compile_module(lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
     mod = Module(c.path, b)
     params = w.mean if w.region == "swag" else w.params     # SWAG: its mean (one forward, not samples)
     fam = family(net, a.loss if a is not None else None)

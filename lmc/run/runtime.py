@@ -168,13 +168,18 @@ def check_device(backend: str, device: str | None = None) -> None:
 
 class Module:
     """A loaded `module @model`: `.train_step(*args)` / `.forward(*args)` take numpy or device
-    arrays and return device arrays (feed them straight back; `np.asarray` copies to host)."""
+    arrays and return device arrays (feed them straight back; `np.asarray` copies to host).
+    Functions of a second module on the same device can stand beside the first (`later`)."""
 
     def __init__(self, vmfb: str | Path, backend: str = "llvm-cpu", driver: str | None = None,
-                 device: str | None = None):
+                 device: str | None = None, later: dict | None = None):
         """device: which device of the driver (a data-parallel rank's own: "1" → cuda://1);
         None: the driver's default.  LMC_TASK_WORKERS=n caps the CPU device's worker threads
-        (ranks sharing a machine's cores each get their share)."""
+        (ranks sharing a machine's cores each get their share).  later: {function name: a
+        callable returning the .vmfb that holds it} — loaded, in a context of its own on this
+        device, when the function is first asked for (`lmc train`'s @forward module, compiled
+        beside the train module: lmc.compile.compile_background); device arrays pass between
+        the two as between two functions of one module."""
         import iree.runtime as rt
         keep_freed_memory()
         self.rt = rt
@@ -192,10 +197,15 @@ class Module:
         self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(vmfb))
         self.ctx = rt.SystemContext(vm_modules=[self.vm_module], config=self.config)
         self.model = self.ctx.modules.model
+        self._later = dict(later or {})
+        self._loaded: dict[str, object] = {}      # function name → the later module's function
+        self._contexts: list = []                 # theirs, kept alive with this one
         if name == "local-task":            # the device and its workers exist by now
             yield_to_workers()
 
     def has(self, fn: str) -> bool:
+        if fn in self._later or fn in self._loaded:
+            return True
         try:
             self.model[fn]
             return True
@@ -205,6 +215,15 @@ class Module:
     def __getattr__(self, fn):
         if fn.startswith("_") or fn in ("rt", "config", "device", "vm_module", "ctx", "model"):
             raise AttributeError(fn)
+        if fn in self._loaded:
+            return self._loaded[fn]
+        if fn in self._later:
+            vmfb = str(self._later.pop(fn)())       # waits for its compile if it still runs
+            ctx = self.rt.SystemContext(vm_modules=[self.rt.VmModule.mmap(self.config.vm_instance, vmfb)],
+                                        config=self.config)
+            self._contexts.append(ctx)
+            self._loaded[fn] = ctx.modules.model[fn]
+            return self._loaded[fn]
         return self.model[fn]
 
     def upload(self, a: np.ndarray):

@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from lmc._version import __version__
-from lmc.compile import DEFAULT_CHIP, compile_module, compiler_version, find_compiler, resolve_backend
+from lmc.compile import (DEFAULT_CHIP, compile_background, compile_module, compiler_version, find_compiler,
+                         resolve_backend)
 from lmc.check import check, load_net
 from lmc.core.errors import LmcError, TrainError
 from lmc.data import Batcher
@@ -175,8 +176,12 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     tensors, compile and load the module — in the order their errors must come."""
     cfg = job.cfg
     backend = resolve_backend(job.opts.backend)
-    text = lower(job.net, backend=backend, world=job.world.size, the_abi=job.abi,
-                 options=job.opts.lower_options)   # before the data: a refusal costs no loading
+    # before the data: a refusal costs no loading.  Two modules, compiled side by side: the
+    # training functions (what the first step waits for) and @forward (evals, and the module
+    # `lmc eval` / `lmc predict` / `lmc export` compile too: theirs is then a cache hit)
+    text = lower(job.net, "train_step", backend=backend, world=job.world.size, the_abi=job.abi,
+                 options=job.opts.lower_options)
+    fwd_text = lower(job.net, "forward", backend=backend, options=job.opts.lower_options)
     resumed = _read_resume(job, backend)
     ds = _load_data(job, resumed)
     tta = TTA(ds, cfg) if cfg.use_tta else None
@@ -187,7 +192,7 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     _announce(job, backend, ds, bpe, total)
     # initial tensors on the host, before compiling: a bad --init file fails fast
     start = _resumed_start(job, resumed) if resumed is not None else _initial_start(job)
-    module = _load_module(job, text, backend)
+    module = _load_module(job, text, fwd_text, backend)
     base = {f.name: getattr(job, f.name) for f in fields(TrainJob)}
     plan = TrainPlan(**base, backend=backend, resumed=None if resumed is None else resumed.meta, ds=ds,
                      tta=tta, batcher=batcher, bpe=bpe, total=total, stop_at=stop_at, module=module,
@@ -371,12 +376,20 @@ def _compiling(job: TrainJob, backend: str):
     return Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=job.console, transient=True)
 
 
-def _load_module(job: TrainJob, text: str, backend: str) -> Module:
+def _load_module(job: TrainJob, text: str, fwd_text: str, backend: str) -> Module:
+    """The train module, with @forward's module (compiled beside it, started first) loaded at
+    the first eval."""
     t0 = time.time()
-    c = compile_module(text, None, backend, job.opts.chip, options=job.opts.lower_options,
-                       during=lambda: _compiling(job, backend))
+    device = _device(job.world, backend)
+    fwd = compile_background(fwd_text, backend, job.opts.chip, options=job.opts.lower_options)
+    try:
+        c = compile_module(text, None, backend, job.opts.chip, options=job.opts.lower_options,
+                           during=lambda: _compiling(job, backend))
+    except BaseException:
+        fwd.cancel()
+        raise
     job.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
-    return Module(c.path, backend, device=_device(job.world, backend))
+    return Module(c.path, backend, device=device, later={"forward": lambda: fwd.result().path})
 
 
 def _device(world, backend: str) -> str | None:

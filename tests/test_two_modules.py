@@ -1,0 +1,107 @@
+"""`lmc train` compiles two modules side by side — the training functions (what the first step
+waits for) and @forward (loaded at the first eval) — and runs them on one device: a background
+compile's result and errors, its cancellation, device arrays passed from one module's function
+to the other's, and the cache hits `lmc eval` / `lmc predict` get from what training compiled."""
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmc import compile as lc
+from lmc.compile import compile_background, compile_module
+from lmc.core.errors import CompileError
+from lmc.graph.infer import infer
+from lmc.lower.lowering import abi, lower
+from lmc.run.runtime import Module
+from lmc.spec.netspec import load_spec
+from lmc.train.bench import stepper
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.iree
+
+
+def _net(name="mnist_linear", sets=("train.batch_size=4",)):
+    return infer(load_spec(ROOT / "specs" / f"{name}.yaml", list(sets)))
+
+
+def test_a_background_compile_is_the_foreground_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path))
+    text = lower(_net(), "forward")
+    pending = compile_background(text)
+    got = pending.result()
+    assert pending.done() and not got.cached and got.path.parent == tmp_path
+    again = compile_module(text)
+    assert again.cached and again.path == got.path
+
+
+def test_the_cache_directory_is_the_one_set_when_it_started(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path / "a"))
+    pending = compile_background(lower(_net(), "forward"))
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path / "b"))     # as lmc bench's cold compile restores it
+    assert pending.result().path.parent == tmp_path / "a"
+
+
+def test_a_background_compile_error_reaches_whoever_waits(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path))
+    pending = compile_background("module @model {\n  func.func @f() -> tensor<2xf32> {\n  }\n}\n", options=None)
+    with pytest.raises(CompileError, match="iree-compile failed"):
+        pending.result()
+
+
+def test_cancel_stops_the_iree_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path))
+    text = lower(_net("resnet18", ["train.batch_size=2", "input.height=32", "input.width=32"]), "forward")
+    pending = compile_background(text)
+    deadline = time.time() + 30
+    while not lc._RUNNING and time.time() < deadline:      # until its iree-compile has started
+        time.sleep(0.05)
+    assert lc._RUNNING
+    t0 = time.time()
+    pending.cancel()
+    assert pending.done() and time.time() - t0 < 10 and not lc._RUNNING
+    with pytest.raises(CompileError):
+        pending.result()
+    assert not list(tmp_path.glob("*.vmfb"))
+
+
+def test_forward_from_a_second_module_reads_the_first_modules_arrays(tmp_path, monkeypatch):
+    """One train step in the train module, then @forward loaded later on the same device from
+    its own module, fed the step's output buffers: the same logits as the one-module build."""
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path))
+    net = _net("mnist_cnn", ["train.batch_size=4"])
+    calls = []
+    fwd = compile_background(lower(net, "forward"))
+    train = compile_module(lower(net, "train_step"))
+    split = Module(train.path, later={"forward": lambda: calls.append(1) or fwd.result().path})
+    whole = Module(compile_module(lower(net)).path)
+    assert split.has("forward") and split.has("train_step") and not split.has("apply_step")
+    assert calls == []                                      # nothing loaded before it is asked for
+    outs = []
+    for m in (split, whole):
+        step, holder = stepper(net, m)
+        step()
+        a, args = abi(net), holder["args"]
+        n = len(args) - 3 - len(a.masks)              # state, then x, labels, hp, masks
+        P, S, x = args[:len(a.params)], args[n - len(a.state):n], args[n]
+        outs.append(np.asarray(m.forward(*P, *S, x)))
+    assert calls == [1]
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_eval_and_predict_after_train_compile_nothing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from lmc.cli.app import app
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path / "cache"))
+    spec = str(ROOT / "specs" / "digits_mlp.yaml")
+    r = CliRunner().invoke(app, ["train", spec, "--out", str(tmp_path / "run"), "--epochs", "1"])
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "cache").glob("*.vmfb"))) == 2        # train functions + @forward
+    np.save(tmp_path / "x.npy", np.zeros((3, 64), np.float32))
+    for cmd in (["eval", spec, "--init", str(tmp_path / "run")],
+                ["predict", spec, str(tmp_path / "x.npy"), "--init", str(tmp_path / "run"), "--json"]):
+        r = CliRunner().invoke(app, cmd)
+        assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "cache").glob("*.vmfb"))) == 2        # both were cache hits
