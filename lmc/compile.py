@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -197,6 +198,10 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
         except OSError as e:
             mlir_tmp.unlink(missing_ok=True)
             raise CompileError(f"cannot run {exe}: {e}") from None
+        if proc.returncode != 0 and _cancelled():
+            mlir_tmp.unlink(missing_ok=True)
+            Path(tmp_out).unlink(missing_ok=True)
+            raise CompileError("the compile was stopped")
         if proc.returncode != 0:
             os.replace(mlir_tmp, mlir)
             Path(tmp_out).unlink(missing_ok=True)
@@ -219,13 +224,24 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
 # iree-compile processes running now: one a background compile started and the process is leaving
 # behind (compile_background) is stopped at exit rather than left to run on.
 _RUNNING: dict[subprocess.Popen, int] = {}        # → the thread that waits for it
+_CANCELLED: set[int] = set()                        # threads whose compiles are stopped (Pending.cancel)
 _LOCK = threading.Lock()
 
 
+def _cancelled() -> bool:
+    return threading.get_ident() in _CANCELLED
+
+
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    # a session of its own: the pip wheel's iree-compile is a Python launcher that runs the real
+    # compiler as its child, and stopping a compile must stop both (_kill signals the group)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
         with _LOCK:
             _RUNNING[proc] = threading.get_ident()
+            if _cancelled():            # stopped before it started: stop it now
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
         try:
             out, err = proc.communicate()
         finally:
@@ -240,7 +256,7 @@ def _kill(thread: int | None = None):
         procs = [p for p, t in _RUNNING.items() if thread is None or t == thread]
     for p in procs:
         with contextlib.suppress(OSError):
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
 
 
 class Pending:
@@ -250,6 +266,9 @@ class Pending:
     def __init__(self, text: str, backend: str | None, chip: str | None, options: LowerOptions | None):
         self._value: Compiled | None = None
         self._error: BaseException | None = None
+        # finished: an Event, not Thread.join — a join that Ctrl-C interrupts marks the thread
+        # stopped while it still runs (CPython 3.11), and a later join would then not wait
+        self._finished = threading.Event()
         cdir = cache_dir()          # now: a caller may point LMC_CACHE elsewhere after this returns
         self._thread = threading.Thread(target=self._run, args=(text, backend, chip, options, cdir),
                                         name="lmc-compile", daemon=True)
@@ -263,17 +282,26 @@ class Pending:
             self._error = e
         finally:
             _PENDING.discard(self)
+            with _LOCK:
+                _CANCELLED.discard(threading.get_ident())
+            self._finished.set()
 
     def done(self) -> bool:
-        return not self._thread.is_alive()
+        return self._finished.is_set()
 
     def cancel(self):
         """Stop the compile (nobody will want it) and wait for its thread to tidy up."""
+        with _LOCK:
+            _CANCELLED.add(self._thread.ident)
         _kill(self._thread.ident)
-        self._thread.join(timeout=10)
+        self._finished.wait(timeout=10)
+
+    def wait(self):
+        """Until the compile has finished (or failed)."""
+        self._finished.wait()
 
     def result(self) -> Compiled:
-        self._thread.join()
+        self._finished.wait()
         if self._error is not None:
             raise self._error
         return self._value
@@ -285,9 +313,10 @@ _PENDING: set[Pending] = set()
 def compile_background(text: str, backend: str | None = None, chip: str | None = None,
                        options: LowerOptions | None = LowerOptions()) -> Pending:
     """Start compiling `text` (as compile_module, cached) beside whatever the caller does next:
-    `lmc train` compiles the net's @forward module this way while the train module compiles
-    (iree-compile keeps about one of two cores busy, so the second module costs the first little;
-    benchmarks/NOTES.md), and loads it when an eval first calls @forward."""
+    `lmc train` compiles its two modules this way while it loads the data — the training
+    functions and the net's @forward (iree-compile keeps about one of two cores busy, so the second
+    module costs the first little; benchmarks/NOTES.md) — and loads @forward's when an eval first
+    calls it."""
     return Pending(text, backend, chip, options)
 
 
@@ -296,7 +325,7 @@ def _stop_background():
     """A background compile nobody waited for: stop its iree-compile, let its thread tidy up."""
     _kill()
     for pend in list(_PENDING):
-        pend._thread.join(timeout=5)
+        pend._finished.wait(timeout=5)
 
 
 def _diagnose(stderr: str, text: str, mlir: Path) -> str:

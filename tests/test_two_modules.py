@@ -105,3 +105,43 @@ def test_eval_and_predict_after_train_compile_nothing(tmp_path, monkeypatch):
         r = CliRunner().invoke(app, cmd)
         assert r.exit_code == 0, r.output
     assert len(list((tmp_path / "cache").glob("*.vmfb"))) == 2        # both were cache hits
+
+
+def test_a_refusal_after_the_compiles_started_stops_them(tmp_path, monkeypatch):
+    """lmc train starts both compiles before it loads the data; a missing dataset is still
+    reported (exit 2) at once, and the compiles are stopped, leaving nothing in the cache."""
+    import subprocess
+    import sys
+    cache = tmp_path / "cache"
+    env = {**__import__("os").environ, "LMC_CACHE": str(cache)}
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "lmc", "train", str(ROOT / "specs" / "resnet18.yaml"),
+                        "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and "no such directory" in r.stderr, r.stderr
+    assert time.time() - t0 < 30           # resnet18's train module alone takes minutes to compile
+    assert not [p for p in cache.iterdir() if not p.name.endswith(".vmfb")]
+
+
+def test_ctrl_c_while_compiling_stops_the_compiles(tmp_path):
+    """Ctrl-C while the spinner waits for the train module: exit 130 at once, both compiles
+    stopped, no half-written file left in the cache."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    cache = tmp_path / "cache"
+    p = subprocess.Popen([sys.executable, "-m", "lmc", "train", str(ROOT / "specs" / "digits_efficientnet.yaml"),
+                          "--out", str(tmp_path / "run")], stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "LMC_CACHE": str(cache)})
+    for line in p.stderr:
+        if line.startswith("compiling"):
+            break
+    time.sleep(1)
+    assert p.poll() is None and list(cache.glob("*.tmp"))          # compiling
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    rest = p.stderr.read()
+    assert p.wait(timeout=60) == 130, rest
+    assert "aborted by Ctrl-C" in rest and time.time() - t0 < 15
+    assert not [f for f in cache.iterdir() if not f.name.endswith(".vmfb")]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from lmc._version import __version__
-from lmc.compile import (DEFAULT_CHIP, compile_background, compile_module, compiler_version, find_compiler,
+from lmc.compile import (DEFAULT_CHIP, Pending, compile_background, compiler_version, find_compiler,
                          resolve_backend)
 from lmc.check import check, load_net
 from lmc.core.errors import LmcError, TrainError
@@ -173,26 +173,35 @@ class TrainPlan(TrainJob):
 
 def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     """Lower, read the resumed checkpoint, load the data, count the steps, make the initial
-    tensors, compile and load the module — in the order their errors must come."""
+    tensors, compile and load the module — in the order their errors must come (the compiles
+    run in the background from the start, their errors reported where they were before)."""
     cfg = job.cfg
     backend = resolve_backend(job.opts.backend)
-    # before the data: a refusal costs no loading.  Two modules, compiled side by side: the
-    # training functions (what the first step waits for) and @forward (evals, and the module
-    # `lmc eval` / `lmc predict` / `lmc export` compile too: theirs is then a cache hit)
+    # before the data: a refusal costs no loading.  Two modules, compiled side by side while the
+    # data loads: the training functions (what the first step waits for) and @forward (evals, and
+    # the module `lmc eval` / `lmc predict` compile too: theirs is then a cache hit)
     text = lower(job.net, "train_step", backend=backend, world=job.world.size, the_abi=job.abi,
                  options=job.opts.lower_options)
     fwd_text = lower(job.net, "forward", backend=backend, options=job.opts.lower_options)
-    resumed = _read_resume(job, backend)
-    ds = _load_data(job, resumed)
-    tta = TTA(ds, cfg) if cfg.use_tta else None
-    batcher = _batcher(job, ds)
-    bpe, total, stop_at = _step_counts(job, batcher, ds)
-    if resumed is not None:
-        _check_resume(job, resumed.meta, bpe)
-    _announce(job, backend, ds, bpe, total)
-    # initial tensors on the host, before compiling: a bad --init file fails fast
-    start = _resumed_start(job, resumed) if resumed is not None else _initial_start(job)
-    module = _load_module(job, text, fwd_text, backend)
+    t0 = time.time()
+    fwd = compile_background(fwd_text, backend, job.opts.chip, options=job.opts.lower_options)
+    train = compile_background(text, backend, job.opts.chip, options=job.opts.lower_options)
+    try:
+        resumed = _read_resume(job, backend)
+        ds = _load_data(job, resumed)
+        tta = TTA(ds, cfg) if cfg.use_tta else None
+        batcher = _batcher(job, ds)
+        bpe, total, stop_at = _step_counts(job, batcher, ds)
+        if resumed is not None:
+            _check_resume(job, resumed.meta, bpe)
+        _announce(job, backend, ds, bpe, total)
+        # initial tensors on the host, before the module is loaded: a bad --init file fails fast
+        start = _resumed_start(job, resumed) if resumed is not None else _initial_start(job)
+        module = _load_module(job, train, fwd, t0, backend)
+    except BaseException:
+        train.cancel()
+        fwd.cancel()
+        raise
     base = {f.name: getattr(job, f.name) for f in fields(TrainJob)}
     plan = TrainPlan(**base, backend=backend, resumed=None if resumed is None else resumed.meta, ds=ds,
                      tta=tta, batcher=batcher, bpe=bpe, total=total, stop_at=stop_at, module=module,
@@ -376,20 +385,15 @@ def _compiling(job: TrainJob, backend: str):
     return Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=job.console, transient=True)
 
 
-def _load_module(job: TrainJob, text: str, fwd_text: str, backend: str) -> Module:
-    """The train module, with @forward's module (compiled beside it, started first) loaded at
-    the first eval."""
-    t0 = time.time()
-    device = _device(job.world, backend)
-    fwd = compile_background(fwd_text, backend, job.opts.chip, options=job.opts.lower_options)
-    try:
-        c = compile_module(text, None, backend, job.opts.chip, options=job.opts.lower_options,
-                           during=lambda: _compiling(job, backend))
-    except BaseException:
-        fwd.cancel()
-        raise
+def _load_module(job: TrainJob, train: Pending, fwd: Pending, t0: float, backend: str) -> Module:
+    """The train module once its compile is done (the spinner while it is not), with @forward's
+    module loaded at the first eval."""
+    if not train.done():
+        with _compiling(job, backend):
+            train.wait()
+    c = train.result()
     job.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
-    return Module(c.path, backend, device=device, later={"forward": lambda: fwd.result().path})
+    return Module(c.path, backend, device=_device(job.world, backend), later={"forward": lambda: fwd.result().path})
 
 
 def _device(world, backend: str) -> str | None:
