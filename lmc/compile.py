@@ -198,6 +198,10 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
         except OSError as e:
             mlir_tmp.unlink(missing_ok=True)
             raise CompileError(f"cannot run {exe}: {e}") from None
+        except BaseException:       # Ctrl-C: the compiler is stopped (_run), its files go
+            mlir_tmp.unlink(missing_ok=True)
+            Path(tmp_out).unlink(missing_ok=True)
+            raise
         if proc.returncode != 0 and _cancelled():
             mlir_tmp.unlink(missing_ok=True)
             Path(tmp_out).unlink(missing_ok=True)
@@ -244,6 +248,10 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
                     os.killpg(proc.pid, signal.SIGKILL)
         try:
             out, err = proc.communicate()
+        except BaseException:       # Ctrl-C (which no longer reaches the compiler's own session)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
         finally:
             with _LOCK:
                 _RUNNING.pop(proc, None)
