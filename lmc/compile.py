@@ -227,13 +227,14 @@ def compile_module(text: str, out: Path | None = None, backend: str | None = Non
 
 # iree-compile processes running now: one a background compile started and the process is leaving
 # behind (compile_background) is stopped at exit rather than left to run on.
-_RUNNING: dict[subprocess.Popen, int] = {}        # → the thread that waits for it
-_CANCELLED: set[int] = set()                        # threads whose compiles are stopped (Pending.cancel)
+_RUNNING: dict[subprocess.Popen, "Pending | None"] = {}   # → the background compile it is (None: a caller's own)
 _LOCK = threading.Lock()
+_HERE = threading.local()           # .pending: the Pending whose thread this is
 
 
 def _cancelled() -> bool:
-    return threading.get_ident() in _CANCELLED
+    pend = getattr(_HERE, "pending", None)
+    return pend is not None and pend._cancelled
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -242,7 +243,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
         with _LOCK:
-            _RUNNING[proc] = threading.get_ident()
+            _RUNNING[proc] = getattr(_HERE, "pending", None)
             if _cancelled():            # stopped before it started: stop it now
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -258,10 +259,10 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _kill(thread: int | None = None):
-    """Stop the iree-compile processes that `thread` waits for (None: all of them)."""
+def _kill(pending: "Pending | None" = None):
+    """Stop the iree-compile processes of the background compile `pending` (None: all of them)."""
     with _LOCK:
-        procs = [p for p, t in _RUNNING.items() if thread is None or t == thread]
+        procs = [p for p, t in _RUNNING.items() if pending is None or t is pending]
     for p in procs:
         with contextlib.suppress(OSError):
             os.killpg(p.pid, signal.SIGKILL)
@@ -277,6 +278,7 @@ class Pending:
         # finished: an Event, not Thread.join — a join that Ctrl-C interrupts marks the thread
         # stopped while it still runs (CPython 3.11), and a later join would then not wait
         self._finished = threading.Event()
+        self._cancelled = False
         cdir = cache_dir()          # now: a caller may point LMC_CACHE elsewhere after this returns
         self._thread = threading.Thread(target=self._run, args=(text, backend, chip, options, cdir),
                                         name="lmc-compile", daemon=True)
@@ -284,14 +286,13 @@ class Pending:
         self._thread.start()
 
     def _run(self, text, backend, chip, options, cdir):
+        _HERE.pending = self
         try:
             self._value = compile_module(text, None, backend, chip, options=options, cdir=cdir)
         except BaseException as e:  # handed to whoever asks for the result
             self._error = e
         finally:
             _PENDING.discard(self)
-            with _LOCK:
-                _CANCELLED.discard(threading.get_ident())
             self._finished.set()
 
     def done(self) -> bool:
@@ -299,9 +300,11 @@ class Pending:
 
     def cancel(self):
         """Stop the compile (nobody will want it) and wait for its thread to tidy up."""
+        if self.done():
+            return
         with _LOCK:
-            _CANCELLED.add(self._thread.ident)
-        _kill(self._thread.ident)
+            self._cancelled = True
+        _kill(self)
         self._finished.wait(timeout=10)
 
     def wait(self):

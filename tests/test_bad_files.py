@@ -106,9 +106,18 @@ def _npz(path, **arrays):
     ("empty val split", ["'x_val' has 0 rows"]),
     ("not an npz", ["not a readable .npz"]),
 ])
-def test_bad_npz_datasets_are_refused_before_compiling(tmp_path, monkeypatch, case, names):
+def test_bad_npz_datasets_are_refused_and_the_started_compiles_stopped(tmp_path, monkeypatch, case, names):
     import lmc.train.plan as plan
-    monkeypatch.setattr(plan, "compile_module", lambda *a, **k: pytest.fail("compiled before refusing the data"))
+    stopped = []
+
+    class Compile:                  # the compiles start before the data loads: stopped, never waited for
+        def done(self):
+            pytest.fail("waited for the compile before refusing the data")
+        wait = result = done
+
+        def cancel(self):
+            stopped.append(1)
+    monkeypatch.setattr(plan, "compile_background", lambda *a, **k: Compile())
     rng = np.random.default_rng(0)
     x, y = rng.random((100, 64), np.float32), np.arange(100) % 10
     p = tmp_path / "d.npz"
@@ -131,6 +140,7 @@ def test_bad_npz_datasets_are_refused_before_compiling(tmp_path, monkeypatch, ca
     else:
         p.write_text("x,y\n1,2\n")
     refused(run("train", MLP, "--data", p, "--out", tmp_path / "r", "--max-steps", "1"), p, *names)
+    assert stopped == [1, 1]                        # the train module's and @forward's
 
 
 def test_a_text_corpus_that_is_not_utf8(tmp_path):

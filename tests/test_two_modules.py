@@ -145,3 +145,12 @@ def test_ctrl_c_while_compiling_stops_the_compiles(tmp_path):
     assert p.wait(timeout=60) == 130, rest
     assert "aborted by Ctrl-C" in rest and time.time() - t0 < 15
     assert not [f for f in cache.iterdir() if not f.name.endswith(".vmfb")]
+
+
+def test_cancelling_a_finished_compile_changes_nothing_for_the_next(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path))
+    first = compile_background(lower(_net(), "forward"))
+    first.result()
+    first.cancel()                  # lmc bench's `finally` does this on the normal path
+    for sets in (["train.batch_size=3"], ["train.batch_size=5"]):   # threads whose ids may be reused
+        assert not compile_background(lower(_net("mnist_linear", sets), "forward")).result().cached
