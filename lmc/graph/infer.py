@@ -132,7 +132,7 @@ def _dropout(g, x, entry, spec):
 def train_net(net: TypedNet) -> TypedNet:
     """The net the training functions run: the net itself, or under train.train_res R the
     spec's layers inferred again on a [C, R, R] input at the same batch (lower emits the
-    training functions from it and @forward from `net`: one module holding both shapes).
+    training functions from it and @forward from `net`).
     Both must hold exactly the same parameters and running state — nets whose head follows a
     global pool; a net whose weights depend on the input size (flatten → dense, a positional
     embedding) is refused, located at train.train_res.  The labels stay the dataset's, so only
