@@ -137,8 +137,11 @@ def test_ctrl_c_while_compiling_stops_the_compiles(tmp_path):
     for line in p.stderr:
         if line.startswith("compiling"):
             break
-    time.sleep(1)
-    assert p.poll() is None and list(cache.glob("*.tmp"))          # compiling
+    deadline = time.time() + 60
+    while not list(cache.glob("*.mlir")) and time.time() < deadline:     # the text iree-compile reads
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert p.poll() is None and list(cache.glob("*.mlir"))          # compiling
     t0 = time.time()
     p.send_signal(signal.SIGINT)
     rest = p.stderr.read()
