@@ -245,13 +245,11 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
         with _LOCK:
             _RUNNING[proc] = getattr(_HERE, "pending", None)
             if _cancelled():            # stopped before it started: stop it now
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _killpg(proc)
         try:
             out, err = proc.communicate()
         except BaseException:       # Ctrl-C (which no longer reaches the compiler's own session)
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _killpg(proc)
             raise
         finally:
             with _LOCK:
@@ -264,22 +262,27 @@ def _kill(pending: "Pending | None" = None):
     with _LOCK:
         procs = [p for p, t in _RUNNING.items() if pending is None or t is pending]
     for p in procs:
-        with contextlib.suppress(OSError):
-            os.killpg(p.pid, signal.SIGKILL)
+        _killpg(p)
+
+
+def _killpg(proc: subprocess.Popen):
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 class Pending:
     """A compile_module call running on a thread of its own (compile_background); .result()
     waits for it and returns its Compiled, or raises what it raised."""
 
-    def __init__(self, text: str, backend: str | None, chip: str | None, options: LowerOptions | None):
+    def __init__(self, text: str, backend: str | None, chip: str | None, options: LowerOptions | None,
+                 cdir: Path | None = None):
         self._value: Compiled | None = None
         self._error: BaseException | None = None
         # finished: an Event, not Thread.join — a join that Ctrl-C interrupts marks the thread
         # stopped while it still runs (CPython 3.11), and a later join would then not wait
         self._finished = threading.Event()
         self._cancelled = False
-        cdir = cache_dir()          # now: a caller may point LMC_CACHE elsewhere after this returns
+        cdir = cdir if cdir is not None else cache_dir()    # now: LMC_CACHE may change after this returns
         self._thread = threading.Thread(target=self._run, args=(text, backend, chip, options, cdir),
                                         name="lmc-compile", daemon=True)
         _PENDING.add(self)
@@ -322,13 +325,13 @@ _PENDING: set[Pending] = set()
 
 
 def compile_background(text: str, backend: str | None = None, chip: str | None = None,
-                       options: LowerOptions | None = LowerOptions()) -> Pending:
+                       options: LowerOptions | None = LowerOptions(), cdir: Path | None = None) -> Pending:
     """Start compiling `text` (as compile_module, cached) beside whatever the caller does next:
     `lmc train` compiles its two modules this way while it loads the data — the training
     functions and the net's @forward (iree-compile keeps about one of two cores busy, so the second
     module costs the first little; benchmarks/NOTES.md) — and loads @forward's when an eval first
     calls it."""
-    return Pending(text, backend, chip, options)
+    return Pending(text, backend, chip, options, cdir)
 
 
 @atexit.register

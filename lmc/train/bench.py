@@ -8,7 +8,6 @@ llvm-cpu that rate as a fraction of the machine's measured single-precision matm
 (sgemm_peak_gflops), and peak host memory."""
 from __future__ import annotations
 
-import os
 import tempfile
 import resource
 import statistics
@@ -100,6 +99,19 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
     return step, holder
 
 
+def _compile_both(text: str, fwd_text: str, backend: str, chip: str | None, options: LowerOptions,
+                  cdir: Path | None = None):
+    """(the train module, seconds its compile took, @forward's module), the second compiled
+    beside the first as `lmc train` does; cdir: the cache (default: the user's)."""
+    fwd = compile_background(fwd_text, backend, chip, options=options, cdir=cdir)
+    try:
+        t0 = time.perf_counter()
+        c = compile_module(text, None, backend, chip, options=options, cdir=cdir)
+        return c, time.perf_counter() - t0, fwd.result()
+    finally:
+        fwd.cancel()            # only where the train module's compile failed: it is done otherwise
+
+
 def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
           warmup: int = 3, forward: bool = True, cold: bool = False,
           options: LowerOptions = LowerOptions(), peak: bool = False) -> dict:
@@ -108,34 +120,15 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     result as `lower_options`: a number means little without them).  peak=True (llvm-cpu only)
     also measures sgemm_peak_gflops after the steps and reports train_gflops as its fraction."""
     backend = resolve_backend(backend)
-    # as `lmc train` does: the training functions' module, with @forward's compiled beside it;
-    # compile_s is the wait for the first (what the first step waits for)
+    # compile_s: the wait for the training functions' module (what the first step waits for)
     text = lower(net, "train_step", backend=backend, options=options)
-    fwd_text = lower(net, "forward", backend=backend, options=options)
-
-    def both():
-        fwd = compile_background(fwd_text, backend, chip, options=options)
-        try:
-            t0 = time.perf_counter()
-            c = compile_module(text, backend=backend, chip=chip, options=options)
-            return c, time.perf_counter() - t0, fwd.result()
-        finally:
-            fwd.cancel()            # only where the train module's compile failed: it is done otherwise
-
+    texts = (text, lower(net, "forward", backend=backend, options=options), backend, chip, options)
     if cold:
-        old = os.environ.get("LMC_CACHE")
         with tempfile.TemporaryDirectory() as tmp:
-            os.environ["LMC_CACHE"] = tmp
-            try:
-                _, compile_s, _ = both()
-            finally:
-                if old is None:
-                    os.environ.pop("LMC_CACHE", None)
-                else:
-                    os.environ["LMC_CACHE"] = old
-        c, _, f = both()
+            _, compile_s, _ = _compile_both(*texts, cdir=Path(tmp))
+        c, _, f = _compile_both(*texts)
     else:
-        c, compile_s, f = both()
+        c, compile_s, f = _compile_both(*texts)
     t0 = time.perf_counter()
     compile_module(text, backend=backend, chip=chip, options=options)          # the cached path: hash + copy
     cached_s = time.perf_counter() - t0
