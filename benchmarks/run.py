@@ -457,8 +457,8 @@ def results_md(rows, m, steps, peaks: dict | None = None) -> str:
            "", table(rows, peaks), "",
            "Cold start (each candidate in a fresh process): lmc's iree-compile of the train module into an empty "
            "LMC_CACHE (lowering included; `cached` when run with --warm-cache and the module was cached) — with "
-           "its @forward module compiling beside it, as `lmc train` does — then its first step; JAX's and torch.compile's first call (tracing and JIT compile; torch.compile's FX graph "
-           "cache may be warm). Compile-only rows are not timed per step.", "", cold_table(rows), ""]
+           "its @forward module compiling beside it, as `lmc train` does — then its first step; JAX's and "
+           "torch.compile's first call (tracing and JIT compile; torch.compile's FX graph cache may be warm). Compile-only rows are not timed per step.", "", cold_table(rows), ""]
     firsts = [f"{r['net']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["first_call_s"].items()) for r in rows]
     out += ["First call of every candidate:", ""]
     out += [f"- {f}" for f in firsts]
