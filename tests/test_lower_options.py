@@ -22,7 +22,8 @@ from lmc.spec.netspec import load_spec
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 RECIPE = DATA / "recipe.yaml"
-DEFAULTS = {"conv_form": "winograd", "bf16_form": "convert", "layout": "hbwc", "inplace": "on", "packed": "auto"}
+DEFAULTS = {"conv_form": "winograd", "bf16_form": "convert", "layout": "hbwc", "inplace": "on", "packed": "auto",
+            "split": "auto"}
 # a conv run that the layout pass keeps in HBWC (conv → conv), a dense head, a recipe
 CONVS = """\
 name: convs
@@ -55,8 +56,11 @@ def no_lmc_env(monkeypatch):
 def test_defaults_are_todays_and_describe_themselves():
     o = LowerOptions()
     assert o.as_dict() == DEFAULTS
-    assert o.describe() == "conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=on, packed=auto"
-    assert o.canonical() == json.dumps(DEFAULTS, sort_keys=True, separators=(",", ":"))
+    assert o.describe() == "conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=on, packed=auto, split=auto"
+    # the compile cache's key: every option but split, which picks the texts, not how one compiles
+    keyed = {k: v for k, v in DEFAULTS.items() if k != "split"}
+    assert o.canonical() == json.dumps(keyed, sort_keys=True, separators=(",", ":"))
+    assert LowerOptions(split="off").canonical() == o.canonical() != LowerOptions(packed="off").canonical()
     assert o.hbwc and o.tie
     assert not LowerOptions(layout="nchw").hbwc and not LowerOptions(inplace="off").tie
     with pytest.raises(Exception):
@@ -66,9 +70,10 @@ def test_defaults_are_todays_and_describe_themselves():
 def test_from_env_reads_each_variable(no_lmc_env):
     assert LowerOptions.from_env() == LowerOptions()
     env = {"LMC_CONV_FORM": "direct", "LMC_BF16_FORM": "emulated", "LMC_LAYOUT": "nchw",
-           "LMC_INPLACE": "off", "LMC_PACKED": "on"}
+           "LMC_INPLACE": "off", "LMC_PACKED": "on", "LMC_SPLIT": "off"}
     assert LowerOptions.from_env(env).as_dict() == {"conv_form": "direct", "bf16_form": "emulated",
-                                                    "layout": "nchw", "inplace": "off", "packed": "on"}
+                                                    "layout": "nchw", "inplace": "off", "packed": "on",
+                                                    "split": "off"}
     assert LowerOptions.from_env({"LMC_PACKED": "off"}) == LowerOptions(packed="off")
 
 

@@ -17,6 +17,13 @@ S = running state, G = gradient accumulators (P's types), hp = the runtime hyper
   params the early layers read; C what the early backward needs: the cotangents that cross
   the cut, the early layers' saved residuals, the late layers' share of a gradient both use)
   (M: the host-drawn dropout / drop-path masks, Abi.masks, none without those knobs)
+  (Abi.halves, LMC_SPLIT: @train_step in two halves, compiled as two modules — `halves_cut`:
+  @train_late(P..., O_late..., E_late..., S..., x, labels, hp, M...)
+      -> (P_late'..., O_late'..., E_late'..., S'..., loss, correct, C...)
+  @train_early(P_early..., O_early..., E_early..., hp, C...) -> (P_early'..., O_early'..., E_early'...)
+  X_late: the entries of P, O, E whose param is in Abi.late, X_early the others', each in
+  their group's order; C as @grad_late's.  The host calls them as one @train_step:
+  lmc.run.runtime.HalvesCall)
   @apply_step(P..., O..., E..., G..., hp)           -> (P'..., O'..., E'..., 0...)
   @average(A..., [Q...,] P..., w)                   -> (A + w·(P − A)..., [Q + w·(P² − Q)...])
   @forward(P..., S..., x) -> logits
@@ -34,13 +41,14 @@ read; everything a schedule may change is a runtime value, never baked into the 
 from __future__ import annotations
 
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lmc.lower import inplace
 from lmc.spec.config import effective_loss
-from lmc.core.errors import SpecError
+from lmc.core.errors import SpecError, UsageError
 from lmc.graph.ir import Node
 from lmc.check import check
 from lmc.graph.infer import TypedNet, bf16_operands, head_params, train_net
@@ -93,6 +101,12 @@ class Abi:
         (whose gradients are summed between the two)."""
         return self.accum > 1 or self.world > 1
 
+    @property
+    def halves(self) -> bool:
+        """@train_late + @train_early instead of @train_step (one optimizer step in two calls,
+        each half's parameters updated in its own: `halves_cut`)."""
+        return self.cut > 0 and not self.split
+
     def late_index(self) -> tuple[list[int], list[int]]:
         """Positions in P of the params @grad_late returns gradients for, and of the others."""
         late = [i for i, p in enumerate(self.params) if p.name in self.late]
@@ -135,11 +149,14 @@ def _unique(optimizers: dict) -> list[Optimizer]:
     return out
 
 
-def abi(net: TypedNet, world: int = 1, overlap: bool = False) -> Abi:
+def abi(net: TypedNet, world: int = 1, overlap: bool = False, halves: str = "off") -> Abi:
     """The module's signature and what the host needs to call it (parameters, optimizer state
     layout, labels, the hp vector's names, masks) for a net the check stage passed (lmc/check:
     the loss and optimizers it asks for exist and fit).  world > 1 and overlap
-    (LMC_DIST_OVERLAP=on): the backward split where `backward_cut` says, else one @grad_step."""
+    (LMC_DIST_OVERLAP=on): the backward split where `backward_cut` says, else one @grad_step.
+    halves (LMC_SPLIT): on | auto | off — the train step as @train_late + @train_early, two
+    modules compiled side by side (Abi.halves, `halves_cut`): always (a recipe that cannot be
+    split refused), where `split_rule` says it pays, or never."""
     cfg = net.spec.train
     out = net.output.type
     if cfg is None:
@@ -162,7 +179,15 @@ def abi(net: TypedNet, world: int = 1, overlap: bool = False) -> Abi:
     if k > 1 or world > 1:
         hp.append("grad_scale")
     no_decay = frozenset(p.name for p in net.params if cfg.wd_exclude_norm_bias and exempt_from_decay(p))
-    cut, late = backward_cut(t) if world > 1 and overlap else (0, frozenset())
+    if world > 1 and overlap:
+        cut, late = backward_cut(t)
+    elif split_rule(net, t, halves, world, k):
+        cut, late = halves_cut(t)
+        if not cut and halves == "on":
+            raise UsageError("LMC_SPLIT=on: no cut of this net's train graph leaves parameters on both sides",
+                             hint="LMC_SPLIT=auto splits where it can")
+    else:
+        cut, late = 0, frozenset()
     return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
                t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
                list(t.graph.masks), world, cut, late)
@@ -201,6 +226,52 @@ def backward_cut(t: TypedNet) -> tuple[int, frozenset]:
         if exposed < best:
             best, at = exposed, k
     return (at, late_after(t, at)) if at else (0, frozenset())
+
+
+# The train step in two halves (Abi.halves), compiled as two modules side by side: iree-compile
+# spends most of a deep net's cold compile in stages that run on one core (flow/stream over the
+# one inlined function, LLVM's serialisation of one module: benchmarks/NOTES.md), so two modules
+# of about half the program each finish in about half the time on two cores.  @train_late holds
+# the forward, the loss, the late layers' backward and their parameters' update; @train_early
+# the early layers' backward and update.  HALVES_AT: the share of the train graph's nodes whose
+# backward @train_early holds (the forward is all in @train_late, so a balanced pair gives the
+# early module more than half of the backward).  SPLIT_MIN_NODES: `split_rule`'s size from which
+# LMC_SPLIT=auto splits (below it, the compile is short and one module steps no slower).
+HALVES_AT = 0.75
+SPLIT_MIN_NODES = 60
+
+
+def unsplittable(cfg, world: int, accum: int) -> str | None:
+    """Why this recipe's step cannot be split into halves (None: it can)."""
+    if world > 1 or accum > 1:
+        return "data-parallel ranks and grad_accum_steps already split the step (@grad_step + @apply_step)"
+    if cfg.grad_clip_norm > 0:
+        return "train.grad_clip_norm scales every gradient by one global norm, which neither half has"
+    return None
+
+
+def split_rule(net: TypedNet, t: TypedNet, mode: str, world: int = 1, accum: int = 1) -> bool:
+    """Whether the train step is lowered in halves: mode on (refused, exit 2, where the recipe
+    cannot be split), auto (a net of at least SPLIT_MIN_NODES train-graph nodes) or off."""
+    if mode == "off":
+        return False
+    why = unsplittable(net.spec.train, world, accum)
+    if why is not None:
+        if mode == "on":
+            raise UsageError(f"LMC_SPLIT=on: {why}", hint="LMC_SPLIT=auto splits where it can")
+        return False
+    return mode == "on" or len(t.graph.nodes) >= SPLIT_MIN_NODES
+
+
+def halves_cut(t: TypedNet) -> tuple[int, frozenset]:
+    """(k, late) for Abi.halves: @train_early takes the backward of the train graph's nodes
+    before k (HALVES_AT of them), @train_late the rest and the params no node before k reads."""
+    n = len(t.graph.nodes)
+    k = min(max(1, round(n * HALVES_AT)), n - 1) if n > 1 else 0
+    late = late_after(t, k) if k else frozenset()
+    if not late or len(late) == len(t.graph.params):       # a half with nothing to update
+        return 0, frozenset()
+    return k, late
 
 
 def late_after(t: TypedNet, k: int) -> frozenset:
@@ -336,7 +407,9 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
             raise SpecError("rendering @train_step needs a `train:` recipe in the spec", net.spec.layers[0].loc)
         a = the_abi if the_abi is not None else abi(net, world)
         tnet = train_net(net)      # train.train_res: the same weights at the training resolution
-        if not a.split:
+        if a.halves:
+            bodies += _train_halves(tnet, em, a)
+        elif not a.split:
             bodies.append(_train_step(tnet, em, a))
         elif a.cut:
             bodies += [*_grad_halves(tnet, em, a), _apply_step(net, em, a)]
@@ -352,6 +425,71 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
         bodies.append(_input_grad(net, em, the_abi if the_abi is not None else abi(net)))
     if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em, batch_stats))
+    return _module(net, em, bodies, functions, options)
+
+
+def lower_train(net: TypedNet, a: Abi, backend: str | None = None, world: int = 1,
+                options: LowerOptions = LowerOptions()) -> list[str]:
+    """The training functions' module texts, in the order `lmc train` loads them: one module,
+    or an Abi.halves net's two (lower_halves: @train_late's, then @train_early's)."""
+    if a.halves:
+        return list(lower_halves(net, backend, a, options))
+    return [lower(net, "train_step", backend=backend, world=world, the_abi=a, options=options)]
+
+
+def lower_halves(net: TypedNet, backend: str | None = None, the_abi: Abi | None = None,
+                 options: LowerOptions = LowerOptions()) -> tuple[str, str]:
+    """The training functions of an Abi.halves net as two modules, compiled side by side: the
+    first holds @train_late (and @average, @spectral_project where the recipe has them), the
+    second @train_early; each with only the private functions it calls."""
+    a = the_abi if the_abi is not None else abi(net)
+    if not a.halves:
+        raise ValueError("lower_halves: the ABI has no halves (Abi.halves)")
+    whole = lower(net, "train_step", backend=backend, the_abi=a, options=options)
+    return split_module(whole, ["train_early"])
+
+
+_FUNC = re.compile(r"^\s*func\.func (private )?@([\w.$-]+)\(")
+_SYM = re.compile(r"@([\w.$-]+)")
+
+
+def split_module(text: str, second: list[str]) -> tuple[str, str]:
+    """A module's text as two: the public functions named in `second` in the other, every other
+    public function in the first, each module with the private functions it reaches (the
+    header's comment lines in both)."""
+    lines = text.splitlines()
+    head = [l for l in lines if l.startswith("//")]
+    funcs: dict[str, tuple[bool, str]] = {}      # symbol → (private, text), in module order
+    cur, end = None, ""
+    for line in lines:
+        m = _FUNC.match(line) if cur is None else None
+        if m:
+            cur, end = m.group(2), line[:len(line) - len(line.lstrip())] + "}"
+            funcs[cur] = (bool(m.group(1)), [])
+        if cur is not None:
+            funcs[cur][1].append(line)
+            if line.rstrip() == end:        # the closing brace at the func's own indent
+                cur = None
+    body = {k: "\n".join(v) for k, (_, v) in funcs.items()}
+
+    def module(publics):
+        keep, todo = set(publics), list(publics)
+        while todo:
+            for sym in _SYM.findall(body[todo.pop()]):
+                if sym in body and sym not in keep:
+                    keep.add(sym)
+                    todo.append(sym)
+        out = head + ["module @model {"] + [body[k] for k in funcs if k in keep] + ["}"]
+        return "\n".join(out) + "\n"
+    publics = [k for k, (priv, _) in funcs.items() if not priv]
+    missing = [f for f in second if f not in publics]
+    if missing:
+        raise ValueError(f"split_module: no public function {missing}")
+    return module([f for f in publics if f not in second]), module(second)
+
+
+def _module(net: TypedNet, em: _Emitter, bodies: list[str], functions: str, options: LowerOptions) -> str:
+    """The module text: header, hint, the private functions, then the bodies."""
     out = [f"// lmc: {net.spec.name} (batch {net.batch}); generated, do not edit"]
     # @input_grad is never packed on "auto": IREE 3.13's data tiling miscompiles the dx of a
     # strided conv that reads one input channel (patch_embed on a grayscale 4×6 image gave a
@@ -619,10 +757,12 @@ class _Carry:
                 [(s, ptype[name]) for name, s in self.grads])
 
 
-def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
+def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict, only=None):
     """Clip, then each tensor's optimizer update, then the EMA of the new weights.
-    Returns (new params, new optimizer state, new EMA), each keyed like N."""
+    Returns (new params, new optimizer state, new EMA), each keyed like N.  only: the names of
+    the params to update (a half's, Abi.halves: never with a global clip), else all."""
     cfg = net.spec.train
+    mine = (lambda name: True) if only is None else (lambda name: name in only)
     if cfg.grad_clip_norm > 0:
         # global L2 norm over every gradient (optimizers.md §3.5, the full set as the JAX reference)
         types = [p.type.mlir for p in a.params]
@@ -636,7 +776,7 @@ def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
         lr_head = em.fresh("lr_head")
         em.lines.append(f"    {lr_head} = stablehlo.multiply {hp_ssa('lr')}, {hp_ssa('head_lr_mult')} : tensor<f32>")
     new_p, new_o = {}, {}
-    for p in a.params:
+    for p in filter(lambda p: mine(p.name), a.params):
         o = a.optimizers[p.name]
         octx = {"p": p.type.mlir, "decay": a.decay(p.name), **o.context(p)}
         osym = _template(em, f"optim/{o.name}.mlir.j2", o.name, octx, f"optimizer {o.name}")
@@ -650,17 +790,18 @@ def _update(net: TypedNet, em: _Emitter, a: Abi, N: _Names, grads: dict):
         for slot, rr in zip(o.slots, res[1:]):
             new_o[(slot, p.name)] = rr
     new_e = {}
-    for p in a.ema:
+    for p in filter(lambda p: mine(p.name), a.ema):
         esym = _template(em, "optim/ema.mlir.j2", "ema", {"c": p.type.mlir}, "use_ema")
         new_e[p.name] = em.call(esym, [(N.e[p.name], p.type.mlir), (new_p[p.name], p.type.mlir),
                                        (hp_ssa("ema_decay"), SCALAR)], [p.type.mlir])[0]
     return new_p, new_o, new_e
 
 
-def _rets_poe(a: Abi, new_p, new_o, new_e) -> list[tuple[str, str]]:
-    rets = [(new_p[p.name], p.type.mlir) for p in a.params]
-    rets += [(new_o[(slot, p.name)], p.type.mlir) for slot, p in a.opt]
-    rets += [(new_e[p.name], p.type.mlir) for p in a.ema]
+def _rets_poe(a: Abi, new_p, new_o, new_e, ps=None, opt=None, ema=None) -> list[tuple[str, str]]:
+    """P', O', E' as results (of `ps`, `opt`, `ema`: a half's; default all of the ABI's)."""
+    rets = [(new_p[p.name], p.type.mlir) for p in (a.params if ps is None else ps)]
+    rets += [(new_o[(slot, p.name)], p.type.mlir) for slot, p in (a.opt if opt is None else opt)]
+    rets += [(new_e[p.name], p.type.mlir) for p in (a.ema if ema is None else ema)]
     return rets
 
 
@@ -677,6 +818,57 @@ def _train_step(net: TypedNet, em: _Emitter, a: Abi) -> str:
     n = len(N.args(a, "POES"))
     args = inplace.tie(args, em.lines, rets, [(k, k) for k in range(n)], em.funcs, em.options.tie)
     return _func("train_step", args, em, rets)
+
+
+def _train_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
+    """@train_late and @train_early (Abi.halves): @train_step cut before the train graph's node
+    a.cut (`halves_cut`), each half updating its own params (O and E alike):
+      @train_late(P..., O_late..., E_late..., S..., x, labels, hp, M...)
+          -> (P_late'..., O_late'..., E_late'..., S'..., loss, correct, C...)
+      @train_early(P_early..., O_early..., E_early..., hp, C...) -> (P_early'..., O_early'..., E_early'...)
+    X_late / X_early: the entries of P, O, E whose param is in Abi.late or not, in their order;
+    C as @grad_late's."""
+    em.lines = []
+    N = _Names(net, a)
+    late, early = a.late_index()
+    Pl, Pe = [a.params[i] for i in late], [a.params[i] for i in early]
+    Ol, Oe = ([(s_, p) for s_, p in a.opt if (p.name in a.late) == side] for side in (True, False))
+    El, Ee = ([p for p in a.ema if (p.name in a.late) == side] for side in (True, False))
+    opt = lambda pairs: [f"{N.o[(s_, p.name)]}: {p.type.mlir}" for s_, p in pairs]
+    ema = lambda ps: [f"{N.e[p.name]}: {p.type.mlir}" for p in ps]
+    args = N.args(a, "P") + opt(Ol) + ema(El) + N.args(a, "S") + \
+        [f"%x: {a.x.mlir}", f"%labels: {a.labels.mlir}", _hp_arg(em, a)] + _mask_args(a)
+    grads, new_s, (loss, correct), carry = _grads(net, em, a, N, cut=a.cut)
+    new_p, new_o, new_e = _update(net, em, a, N, grads, a.late)
+    rets = _rets_poe(a, new_p, new_o, new_e, Pl, Ol, El)
+    rets += [(new_s.get(s.name, N.s[s.name]), s.type.mlir) for s in a.state]
+    rets += [(loss, SCALAR), (correct, SCALAR)]
+    g, _ = _placed(net, em)
+    carried = carry.values(g, a)
+    rets += carried
+    nP, nT = len(a.params), len(Pl) + len(Ol) + len(El)
+    ties = [(i, j) for j, i in enumerate(late)] + [(nP + j, len(Pl) + j) for j in range(nT - len(Pl))] + \
+        [(nP + nT - len(Pl) + i, nT + i) for i in range(len(a.state))]
+    args = inplace.tie(args, em.lines, rets, ties, em.funcs, em.options.tie)
+    first = _func("train_late", args, em, rets)
+
+    em.lines = []
+    k = g.copies[a.cut]
+    cs = [f"%c{j}" for j in range(len(carried))]
+    args = [f"{N.p[p.name]}: {p.type.mlir}" for p in Pe] + opt(Oe) + ema(Ee) + [_hp_arg(em, a)] + \
+        [f"{c}: {t}" for c, (_, t) in zip(cs, carried)]
+    it = iter(cs)
+    cot = {v: [next(it)] for v, _ in carry.cot}
+    saved: dict[int, list] = {id(n): [] for n in g.nodes[:k]}
+    for nid, _, _, t in carry.saved:
+        saved[nid].append((next(it), t))
+    grads_e = {name: [next(it)] for name, _ in carry.grads}
+    _walk(net, em, g, g.nodes[:k], cot, saved, grads_e, N, None)
+    new_p, new_o, new_e = _update(net, em, a, N, _summed(em, grads_e, Pe), frozenset(p.name for p in Pe))
+    rets = _rets_poe(a, new_p, new_o, new_e, Pe, Oe, Ee)
+    n = len(rets)
+    args = inplace.tie(args, em.lines, rets, [(j, j) for j in range(n)], em.funcs, em.options.tie)
+    return first, _func("train_early", args, em, rets)
 
 
 def _input_grad(net: TypedNet, em: _Emitter, a: Abi) -> str:

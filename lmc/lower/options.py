@@ -16,7 +16,12 @@ callers and tests pass `LowerOptions(...)` or take the defaults, whatever the en
 - inplace (LMC_INPLACE): on | off — new state written over its argument where safe
   (lmc/lower/inplace.py);
 - packed (LMC_PACKED): auto | on | off — the packed-matmul hint for llvm-cpu (lowering.py
-  `_packed_matmuls`)."""
+  `_packed_matmuls`);
+- split (LMC_SPLIT): auto | on | off — `lmc train`'s and `lmc bench`'s training step as two
+  functions in two modules compiled side by side, @train_late + @train_early (lowering.py
+  `split_rule`, `halves_cut`): where the net is deep enough, always, or never.  The same math
+  (the halves' results are the fused step's, bit for bit) and the same state on the host; the
+  compiled functions differ, so this one changes the ABI's function list (Abi.halves)."""
 from __future__ import annotations
 
 import json
@@ -33,6 +38,7 @@ CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "layout": ("LMC_LAYOUT", ("hbwc", "nchw")),
     "inplace": ("LMC_INPLACE", ("on", "off")),
     "packed": ("LMC_PACKED", ("auto", "on", "off")),
+    "split": ("LMC_SPLIT", ("auto", "on", "off")),
 }
 
 
@@ -52,6 +58,7 @@ class LowerOptions:
     layout: str = "hbwc"
     inplace: str = "on"
     packed: str = "auto"
+    split: str = "auto"
 
     def __post_init__(self):
         # a value built in code is checked as strictly as one read from the environment: a typo
@@ -76,8 +83,11 @@ class LowerOptions:
         return ", ".join(f"{k}={v}" for k, v in self.as_dict().items())
 
     def canonical(self) -> str:
-        """A stable text of every option (sorted keys), for keys that must tell option sets apart."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        """A stable text of the options (sorted keys), for the compile cache's key: every option
+        but `split`, which changes which module texts are lowered, never how one compiles (so
+        `lmc eval`'s @forward is the cache hit of `lmc train`'s whatever LMC_SPLIT said)."""
+        d = {k: v for k, v in self.as_dict().items() if k != "split"}
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     # what the passes ask
     @property

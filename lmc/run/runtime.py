@@ -228,3 +228,43 @@ class Module:
 
     def upload(self, a: np.ndarray):
         return self.rt.asdevicearray(self.device, np.ascontiguousarray(a))
+
+
+class HalvesCall:
+    """@train_step's call on an Abi.halves module (lowering.py `_train_halves`): @train_late,
+    then @train_early on the carried values, with @train_step's arguments and results —
+    (P, O, E, S, x, labels, hp, M) → (P', O', E', S', loss, correct) — so every caller of the
+    fused step (the strategies, `lmc bench`, recalibration) runs either module.  The results
+    are device arrays, fed back as they are."""
+
+    def __init__(self, a, module):
+        self.m = module
+        self.late, self.early = a.late_index()
+        self.ol, self.oe = ([j for j, (_, p) in enumerate(a.opt) if (p.name in a.late) == side] for side in (True, False))
+        self.el, self.ee = ([j for j, p in enumerate(a.ema) if (p.name in a.late) == side] for side in (True, False))
+        self.n = len(a.params), len(a.opt), len(a.ema), len(a.state)
+
+    def __call__(self, *args):
+        nP, nO, nE, nS = self.n
+        P, O, E = args[:nP], args[nP:nP + nO], args[nP + nO:nP + nO + nE]
+        S, rest = args[nP + nO + nE:nP + nO + nE + nS], args[nP + nO + nE + nS:]
+        r = self.m.train_late(*P, *[O[j] for j in self.ol], *[E[j] for j in self.el], *S, *rest)
+        nT = len(self.late) + len(self.ol) + len(self.el)
+        r2 = self.m.train_early(*[P[i] for i in self.early], *[O[j] for j in self.oe], *[E[j] for j in self.ee],
+                                rest[2], *r[nT + nS + 2:])
+        r2 = r2 if isinstance(r2, (list, tuple)) else [r2]      # IREE returns one result bare
+        out = [None] * (nP + nO + nE)
+        for res, ps, os_, es in ((r, self.late, self.ol, self.el), (r2, self.early, self.oe, self.ee)):
+            k = 0
+            for i in ps:
+                out[i], k = res[k], k + 1
+            for j in os_:
+                out[nP + j], k = res[k], k + 1
+            for j in es:
+                out[nP + nO + j], k = res[k], k + 1
+        return out + list(r[nT:nT + nS + 2])
+
+
+def train_function(a, module):
+    """The module's fused train step as one callable: @train_step, or its halves (HalvesCall)."""
+    return HalvesCall(a, module) if a.halves else module.train_step
