@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lmc.train.bench import sgemm_peak_gflops, stepper, train_step_flops  # noqa: E402
-from lmc.compile import compile_background, compile_module  # noqa: E402
+from lmc.compile import compile_background  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
-from lmc.lower.lowering import lower  # noqa: E402
+from lmc.lower.lowering import abi, lower, lower_train  # noqa: E402
 from lmc.lower.options import LowerOptions  # noqa: E402
 from lmc.run.runtime import Module  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
@@ -74,15 +74,20 @@ def lmc_candidate(net, form: str | None = None, cold: bool = True):
         os.environ["LMC_CACHE"] = tempfile.mkdtemp(prefix="lmc-bench-cold-")
     t0 = time.perf_counter()
     options = LowerOptions.from_env()     # after _serve applied an lmc@KEY=VALUE switch
-    # as `lmc train` does: the training functions' module, with @forward's compiled beside it
-    text = lower(net, "train_step", options=options)
+    # as `lmc train` does: the training functions' module(s) (two, side by side, where LMC_SPLIT
+    # splits the net), @forward's compiled beside one or after two
+    a = abi(net, halves=options.split)
+    texts = lower_train(net, a, options=options)
     if form:
         import dense_forms
-        text = dense_forms.variant(text, form)
-    fwd = compile_background(lower(net, "forward", options=options), options=options)
-    c = compile_module(text, options=options)
+        texts = [dense_forms.variant(text, form) for text in texts]
+    train = [compile_background(text, options=options) for text in texts]
+    fwd = compile_background(lower(net, "forward", options=options), options=options,
+                             after=train if len(train) > 1 else ())
+    cs = [p.result() for p in train]
     compile_s = time.perf_counter() - t0
-    step, _ = stepper(net, Module(c.path))
+    later = {"train_early": lambda: cs[1].path} if len(cs) > 1 else {}
+    step, _ = stepper(net, Module(cs[0].path, later=later), a=a)
 
     def settle():
         """After the first step: the @forward compile done, so the timed steps run alone."""
@@ -90,7 +95,7 @@ def lmc_candidate(net, form: str | None = None, cold: bool = True):
         if cold:                                    # loaded: the private cache can go
             import shutil
             shutil.rmtree(os.environ["LMC_CACHE"], ignore_errors=True)
-    return step, {"compile_s": None if c.cached else compile_s, "settle": settle}
+    return step, {"compile_s": None if all(c.cached for c in cs) else compile_s, "settle": settle}
 
 
 def peer_candidate(name, net):

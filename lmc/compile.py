@@ -275,7 +275,7 @@ class Pending:
     waits for it and returns its Compiled, or raises what it raised."""
 
     def __init__(self, text: str, backend: str | None, chip: str | None, options: LowerOptions | None,
-                 cdir: Path | None = None):
+                 cdir: Path | None = None, after: tuple = ()):
         self._value: Compiled | None = None
         self._error: BaseException | None = None
         # finished: an Event, not Thread.join — a join that Ctrl-C interrupts marks the thread
@@ -283,6 +283,7 @@ class Pending:
         self._finished = threading.Event()
         self._cancelled = False
         cdir = cdir if cdir is not None else cache_dir()    # now: LMC_CACHE may change after this returns
+        self._after = tuple(after)
         self._thread = threading.Thread(target=self._run, args=(text, backend, chip, options, cdir),
                                         name="lmc-compile", daemon=True)
         _PENDING.add(self)
@@ -291,6 +292,12 @@ class Pending:
     def _run(self, text, backend, chip, options, cdir):
         _HERE.pending = self
         try:
+            for first in self._after:        # their compiles end (or fail) before this one starts
+                while not first._finished.wait(0.05):
+                    if self._cancelled:
+                        break
+            if self._cancelled:
+                raise CompileError("the compile was stopped")
             self._value = compile_module(text, None, backend, chip, options=options, cdir=cdir)
         except BaseException as e:  # handed to whoever asks for the result
             self._error = e
@@ -325,13 +332,16 @@ _PENDING: set[Pending] = set()
 
 
 def compile_background(text: str, backend: str | None = None, chip: str | None = None,
-                       options: LowerOptions | None = LowerOptions(), cdir: Path | None = None) -> Pending:
+                       options: LowerOptions | None = LowerOptions(), cdir: Path | None = None,
+                       after: tuple = ()) -> Pending:
     """Start compiling `text` (as compile_module, cached) beside whatever the caller does next:
-    `lmc train` compiles its two modules this way while it loads the data — the training
-    functions and the net's @forward (iree-compile keeps about one of two cores busy, so the second
-    module costs the first little; benchmarks/NOTES.md) — and loads @forward's when an eval first
-    calls it."""
-    return Pending(text, backend, chip, options, cdir)
+    `lmc train` compiles its modules this way while it loads the data — the training functions
+    (one module, or the two halves of Abi.halves side by side: iree-compile keeps about one of
+    two cores busy, so the second costs the first little; benchmarks/NOTES.md) and the net's
+    @forward — and loads @forward's when an eval first calls it.  after: compiles this one
+    waits for before it starts (@forward after the two halves, whose compiles a third would
+    slow down; a cancel stops the wait too)."""
+    return Pending(text, backend, chip, options, cdir, after)
 
 
 @atexit.register

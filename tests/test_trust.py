@@ -571,7 +571,7 @@ def test_recalibrate_rebuilds_bn_statistics(tmp_path):
     from lmc.compile import compile_module
     from lmc.data import Batcher
     from lmc.graph.infer import infer
-    from lmc.lower.lowering import lower
+    from lmc.lower.lowering import abi, lower
     from lmc.run.runtime import Module
     from lmc.spec.netspec import load_spec
     from lmc.data.fit import load_data
@@ -580,7 +580,7 @@ def test_recalibrate_rebuilds_bn_statistics(tmp_path):
     mod = Module(compile_module(lower(net)).path, driver="local-sync")
     ds = load_data(net, None, 1)
     params = [t[p.name] for p in net.params]
-    S = recalibrate_bn(mod, net, params, 3, ds, lambda s: None)
+    S = recalibrate_bn(mod, net, abi(net), params, 3, ds, lambda s: None)
     b = Batcher(ds, 64, seed=1, shuffle=True)
     w = t["00.conv_bn.weight"].astype(np.float64)
     means = []

@@ -157,3 +157,37 @@ def test_cancelling_a_finished_compile_changes_nothing_for_the_next(tmp_path, mo
     first.cancel()                  # lmc bench's `finally` does this on the normal path
     for sets in (["train.batch_size=3"], ["train.batch_size=5"]):   # threads whose ids may be reused
         assert not compile_background(lower(_net("mnist_linear", sets), "forward")).result().cached
+
+
+def test_a_compile_started_after_others_waits_for_them(tmp_path, monkeypatch):
+    """`after`: @forward's compile starts once the two halves' are done (three at once on two
+    cores slow the halves the first step waits for); cancelling it while it waits stops it at
+    once, with nothing compiled."""
+    monkeypatch.setenv("LMC_CACHE", str(tmp_path))
+    spans, real = {}, lc.compile_module
+
+    def timed(text, *args, **kw):
+        t0 = time.perf_counter()
+        try:
+            return real(text, *args, **kw)
+        finally:
+            spans[text] = (t0, time.perf_counter())
+    monkeypatch.setattr(lc, "compile_module", timed)
+    texts = [lower(_net("mnist_linear", [f"train.batch_size={b}"]), "forward") for b in (3, 5)]
+    first = compile_background(texts[0])
+    second = compile_background(texts[1], after=(first,))
+    second.result()
+    assert first.done() and spans[texts[1]][0] >= spans[texts[0]][1]
+    monkeypatch.setattr(lc, "compile_module", real)
+    gate = compile_background(lower(_net("resnet18", ["train.batch_size=2", "input.height=32", "input.width=32"]),
+                                    "forward"))
+    waiting = compile_background(lower(_net("mnist_linear", ["train.batch_size=7"]), "forward"), after=(gate,))
+    time.sleep(0.3)
+    assert not waiting.done()
+    t0 = time.time()
+    waiting.cancel()
+    assert waiting.done() and time.time() - t0 < 2 and not gate.done()
+    with pytest.raises(CompileError, match="stopped"):
+        waiting.result()
+    gate.cancel()
+    assert len(list(tmp_path.glob("*.vmfb"))) == 2          # the two that ran; the cancelled one never did

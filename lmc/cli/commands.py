@@ -121,7 +121,7 @@ def _train_abi(net, options: LowerOptions) -> dict | None:
     if refused:
         return {"refused": refused[0].message}
     try:
-        a = abi(net)
+        a = abi(net, halves=options.split)        # the functions lmc train runs
     except LmcError as e:
         return {"refused": e.message}
     return {"hp": list(a.hp), "loss": a.loss.name, "x": list(a.x.dims), "labels": {"shape": list(a.labels.dims), "dtype": a.labels.dtype},
@@ -129,7 +129,8 @@ def _train_abi(net, options: LowerOptions) -> dict | None:
             "opt_state": [[slot, name] for slot, name in a.opt_keys], "ema": [p.name for p in a.ema],
             "head_lr": sorted(a.head), "grad_accum_steps": a.accum,
             "masks": [{"kind": m.kind, "layer": m.layer, "shape": list(m.value.type.dims)} for m in a.masks],
-            "functions": ["train_step"] if a.accum == 1 else ["grad_step", "apply_step"]}
+            "functions": ["train_late", "train_early"] if a.halves else ["train_step"] if a.accum == 1
+            else ["grad_step", "apply_step"]}
 
 
 @app.command(cls=_Command)

@@ -15,7 +15,7 @@ from lmc.compile import compile_module, resolve_backend
 from lmc.data.batcher import TTA
 from lmc.evaluate.recalibrate import recalibrate_bn
 from lmc.graph.init import init_tensors
-from lmc.lower.lowering import abi, eval_batch_stats, lower
+from lmc.lower.lowering import abi, eval_batch_stats, lower, lower_train
 from lmc.lower.options import LowerOptions
 from lmc.run.runtime import Module, check_device
 
@@ -55,14 +55,17 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
                        options=options)
     log(f"{'cached' if c.cached else 'compiled'} module for {b} (batch {net.batch}); scoring {len(ds.x_val):,} "
         f"validation examples of {ds.name} with {init} ({w.got.what}; {w.region} weights)")
-    a = _train_abi(net)
+    a = _train_abi(net, options.split)
     if recalibrate:                 # the train step too (its BN statistics), as `lmc train` compiled it
-        text = _train_module(net, a, b, options)
-        if text is None:
+        texts = _train_modules(net, a, b, options)
+        if texts is None:
             raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
-        t = compile_module(text, None, b, chip, options=options)
-        mod = Module(t.path, b, later={"forward": lambda: c.path})
-        S = recalibrate_bn(mod, net, w.got.params, recalibrate, ds, log)
+        ts = [compile_module(text, None, b, chip, options=options) for text in texts]
+        later = {"forward": lambda: c.path}
+        if len(ts) > 1:
+            later["train_early"] = lambda: ts[1].path
+        mod = Module(ts[0].path, b, later=later)
+        S = recalibrate_bn(mod, net, a, w.got.params, recalibrate, ds, log)
     else:
         mod = Module(c.path, b)
         state = w.got.state if w.got.state is not None else init_tensors(net, 0)[1] if stats else []
@@ -136,22 +139,23 @@ def _weights(net, init: Path, region: str, recalibrate: int, batch_stats: bool =
     return w
 
 
-def _train_abi(net):
-    """The recipe's ABI, None where it has no training functions that build."""
+def _train_abi(net, split: str = "off"):
+    """The recipe's ABI (split: LowerOptions.split, the halves `lmc train` ran), None where it
+    has no training functions that build."""
     if net.spec.train is None:
         return None
     try:
-        return abi(net)
+        return abi(net, halves=split)
     except LmcError:
         return None
 
 
-def _train_module(net, a, backend: str, options: LowerOptions) -> str | None:
-    """The training functions' module as `lmc train` compiled it (a cache hit after training), None
-    where they do not lower for this recipe."""
+def _train_modules(net, a, backend: str, options: LowerOptions) -> list[str] | None:
+    """The training functions' module(s) as `lmc train` compiled them (cache hits after
+    training), None where they do not lower for this recipe."""
     if a is None:
         return None
     try:
-        return lower(net, "train_step", backend=backend, options=options, the_abi=a)
+        return lower_train(net, a, backend, options=options)
     except LmcError:
         return None

@@ -16,10 +16,10 @@ import numpy as np
 from lmc.core.errors import EvalError
 from lmc.data import Batcher
 from lmc.graph.init import init_tensors
-from lmc.lower.lowering import abi
+from lmc.run.runtime import train_function
 
 
-def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) -> list:
+def recalibrate_bn(mod, net, a, params: list[np.ndarray], n_batches: int, ds, log) -> list:
     """Device arrays of the recalibrated running statistics (net.state order)."""
     cfg = net.spec.train
     if n_batches < 1:
@@ -28,7 +28,6 @@ def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) 
         raise EvalError("--recalibrate: the net has no BN running statistics to re-estimate")
     if cfg is None:
         raise EvalError("--recalibrate runs the train step in train mode: the spec needs its `train:` recipe")
-    a = abi(net)
     up = mod.upload
     nc = net.num_classes or 1
     batcher = Batcher(ds, net.batch, seed=cfg.seed, shuffle=True, labels=lambda y: a.loss.fit_labels(y, nc, cfg))
@@ -43,13 +42,14 @@ def recalibrate_bn(mod, net, params: list[np.ndarray], n_batches: int, ds, log) 
         E = P if a.ema else []
     else:
         G = [np.zeros(p.type.dims, np.float32) for p in net.params]
+    train_step = train_function(a, mod) if a.accum == 1 else None      # @train_step, or its halves
     spe = batcher.steps_per_epoch
     nP = len(P)
     for k in range(n_batches):
         x, y = batcher.batch(k // spe, k % spe)
         hp[ib] = k / (k + 1)
         if a.accum == 1:
-            out = mod.train_step(*P, *O, *E, *S, x, y, hp, *a.mask_ones())     # no dropout / drop path
+            out = train_step(*P, *O, *E, *S, x, y, hp, *a.mask_ones())     # no dropout / drop path
             S = list(out[nP + len(O) + len(E):-2])
         else:
             out = mod.grad_step(*P, *S, *G, x, y, hp, *a.mask_ones())

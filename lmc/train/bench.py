@@ -19,10 +19,11 @@ import numpy as np
 from lmc.compile import compile_background, compile_module, resolve_backend
 from lmc.core.errors import RunError, TrainError
 from lmc.graph.infer import TypedNet
-from lmc.lower.lowering import abi, lower
+from lmc.lower.lowering import abi, lower, lower_train
 from lmc.lower.options import LowerOptions
 from lmc.run.runtime import Module
 from lmc.train.masks import draw
+from lmc.run.runtime import train_function
 
 
 class DeviceMissing(TrainError):
@@ -71,17 +72,19 @@ def sgemm_peak_gflops(n: int = 4096, reps: int = 3) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
+def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0, a=None):
     """One train step of `m` as a zero-argument callable, state device-resident exactly as
     `lmc train` runs it: each step's outputs are the next step's inputs, the batch and one hp
     vector per step are uploaded beforehand, and the call waits for the step by reading back
     the loss.  Returns (step, holder); holder["args"] is the current argument list and
-    holder["loss"] the last step's loss (a float)."""
+    holder["loss"] the last step's loss (a float).  a: the module's ABI (default abi(net): one
+    @train_step; an Abi.halves one runs the two halves, as `lmc train` does)."""
     ps, opt, st, x, y = _initial(net, np.random.default_rng(seed))
     up = m.upload
-    state = [up(a) for a in ps + opt + st]
+    state = [up(v) for v in ps + opt + st]
     n_state = len(state)
-    a = abi(net)
+    a = abi(net) if a is None else a
+    train_step = train_function(a, m)
     if a.accum > 1:
         raise TrainError("lmc bench times the fused @train_step; this recipe accumulates gradients "
                          f"(grad_accum_steps {a.accum}): bench it with --set train.grad_accum_steps=1")
@@ -92,24 +95,27 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0):
 
     def step():
         args = holder["args"]
-        out = m.train_step(*args)
+        out = train_step(*args)
         holder["loss"] = float(np.asarray(out[-2]))     # waits for the step (reads back one scalar)
         holder["t"] += 1
         holder["args"] = list(out[:n_state]) + data + [hps[holder["t"] % len(hps)]] + masks
     return step, holder
 
 
-def _compile_both(text: str, fwd_text: str, backend: str, chip: str | None, options: LowerOptions,
-                  cdir: Path | None = None):
-    """(the train module, seconds its compile took, @forward's module), the second compiled
-    beside the first as `lmc train` does; cdir: the cache (default: the user's)."""
-    fwd = compile_background(fwd_text, backend, chip, options=options, cdir=cdir)
+def _compile_all(texts: list[str], fwd_text: str, backend: str, chip: str | None, options: LowerOptions,
+                 cdir: Path | None = None):
+    """(the training functions' modules, seconds until the last of them compiled, @forward's
+    module), all compiled side by side as `lmc train` does; cdir: the cache (default: the user's)."""
+    t0 = time.perf_counter()
+    train = [compile_background(t, backend, chip, options=options, cdir=cdir) for t in texts]
+    fwd = compile_background(fwd_text, backend, chip, options=options, cdir=cdir,
+                             after=train if len(train) > 1 else ())
     try:
-        t0 = time.perf_counter()
-        c = compile_module(text, None, backend, chip, options=options, cdir=cdir)
-        return c, time.perf_counter() - t0, fwd.result()
+        cs = [p.result() for p in train]
+        return cs, time.perf_counter() - t0, fwd.result()
     finally:
-        fwd.cancel()            # only where the train module's compile failed: it is done otherwise
+        for p in [*train, fwd]:     # only where a compile failed: they are done otherwise
+            p.cancel()
 
 
 def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, steps: int = 20,
@@ -120,29 +126,35 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     result as `lower_options`: a number means little without them).  peak=True (llvm-cpu only)
     also measures sgemm_peak_gflops after the steps and reports train_gflops as its fraction."""
     backend = resolve_backend(backend)
-    # compile_s: the wait for the training functions' module (what the first step waits for)
-    text = lower(net, "train_step", backend=backend, options=options)
-    texts = (text, lower(net, "forward", backend=backend, options=options), backend, chip, options)
+    # compile_s: the wait for the training functions' module(s) (what the first step waits for)
+    a = abi(net, halves=options.split)
+    texts = lower_train(net, a, backend, options=options)
+    args = (texts, lower(net, "forward", backend=backend, options=options), backend, chip, options)
     if cold:
         with tempfile.TemporaryDirectory() as tmp:
-            _, compile_s, _ = _compile_both(*texts, cdir=Path(tmp))
-        c, _, f = _compile_both(*texts)
+            _, compile_s, _ = _compile_all(*args, cdir=Path(tmp))
+        cs, _, f = _compile_all(*args)
     else:
-        c, compile_s, f = _compile_both(*texts)
+        cs, compile_s, f = _compile_all(*args)
     t0 = time.perf_counter()
-    compile_module(text, backend=backend, chip=chip, options=options)          # the cached path: hash + copy
+    for text in texts:                       # the cached path: hash + copy
+        compile_module(text, backend=backend, chip=chip, options=options)
     cached_s = time.perf_counter() - t0
     compiled = {"name": net.spec.name, "backend": backend, "batch": net.batch, "lower_options": options.as_dict(),
-                "compile_s": round(compile_s, 3) if (cold or not c.cached) else None,
-                "compile_cached_s": round(cached_s, 4), "vmfb_bytes": Path(c.path).stat().st_size,
+                "train_modules": len(cs),
+                "compile_s": round(compile_s, 3) if (cold or not all(c.cached for c in cs)) else None,
+                "compile_cached_s": round(cached_s, 4), "vmfb_bytes": sum(Path(c.path).stat().st_size for c in cs),
                 "forward_vmfb_bytes": Path(f.path).stat().st_size}
+    later = {"forward": lambda: f.path}
+    if len(cs) > 1:
+        later["train_early"] = lambda: cs[1].path
     t0 = time.perf_counter()
     try:
-        m = Module(c.path, backend, later={"forward": lambda: f.path})
+        m = Module(cs[0].path, backend, later=later)
     except RunError as e:             # no such device here: the compile numbers still stand
         raise DeviceMissing(e.message, hint=e.hint, partial=compiled) from None
     load_s = time.perf_counter() - t0
-    step, state = stepper(net, m)
+    step, state = stepper(net, m, a=a)
     times = []
     for s in range(warmup + steps):
         t0 = time.perf_counter()

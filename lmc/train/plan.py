@@ -35,7 +35,7 @@ from lmc.graph.init import apply_det_prior, apply_head_prior, init_tensors
 from lmc.evaluate.metrics import require_coco
 from lmc.losses import BOXES
 from lmc.losses.boxes import BoxAffine
-from lmc.lower.lowering import abi, lower
+from lmc.lower.lowering import abi, lower, lower_train
 from lmc.run import dist
 from lmc.run.checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash
 from lmc.run.rundir import CHECKPOINT, RUN_FILE, RUN_FORMAT, SPEC_FILE, data_differences, read_run_info, saved_spec
@@ -89,7 +89,7 @@ def check_job(net, opts: TrainOptions, console) -> TrainJob:
     # the launching process (`--nproc N`, one process yet) checks what its ranks will
     W = world.size if world.size > 1 else opts.nproc
     check(net, W).raise_all()          # every refusal, before any data is read or compiled
-    a = abi(net, W, opts.dist_overlap)
+    a = abi(net, W, opts.dist_overlap, opts.lower_options.split)
     if world.size > 1 and world.rank != 0:       # rank 0 speaks and writes for the run
         from rich.console import Console
         console = Console(quiet=True)
@@ -180,12 +180,13 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     # before the data: a refusal costs no loading.  Two modules, compiled side by side while the
     # data loads: the training functions (what the first step waits for) and @forward (evals, and
     # the module `lmc eval` / `lmc predict` compile too: theirs is then a cache hit)
-    text = lower(job.net, "train_step", backend=backend, world=job.world.size, the_abi=job.abi,
-                 options=job.opts.lower_options)
-    fwd_text = lower(job.net, "forward", backend=backend, options=job.opts.lower_options)
+    opts = job.opts.lower_options
+    texts = lower_train(job.net, job.abi, backend, job.world.size, opts)
+    fwd_text = lower(job.net, "forward", backend=backend, options=opts)
     t0 = time.time()
-    fwd = compile_background(fwd_text, backend, job.opts.chip, options=job.opts.lower_options)
-    train = compile_background(text, backend, job.opts.chip, options=job.opts.lower_options)
+    train = [compile_background(t, backend, job.opts.chip, options=opts) for t in texts]
+    # @forward beside one train module; after two (three compiles on two cores slow the halves)
+    fwd = compile_background(fwd_text, backend, job.opts.chip, options=opts, after=train if len(train) > 1 else ())
     try:
         resumed = _read_resume(job, backend)
         ds = _load_data(job, resumed)
@@ -199,8 +200,8 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
         start = _resumed_start(job, resumed) if resumed is not None else _initial_start(job)
         module = _load_module(job, train, fwd, t0, backend)
     except BaseException:
-        train.cancel()
-        fwd.cancel()
+        for pend in [*train, fwd]:
+            pend.cancel()
         raise
     base = {f.name: getattr(job, f.name) for f in fields(TrainJob)}
     plan = TrainPlan(**base, backend=backend, resumed=None if resumed is None else resumed.meta, ds=ds,
@@ -385,15 +386,22 @@ def _compiling(job: TrainJob, backend: str):
     return Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=job.console, transient=True)
 
 
-def _load_module(job: TrainJob, train: Pending, fwd: Pending, t0: float, backend: str) -> Module:
-    """The train module once its compile is done (the spinner while it is not), with @forward's
-    module loaded at the first eval."""
-    if not train.done():
+def _load_module(job: TrainJob, train: list[Pending], fwd: Pending, t0: float, backend: str) -> Module:
+    """The training functions' module(s) once their compiles are done (the spinner while they
+    are not), @train_early's module (Abi.halves) beside the first, @forward's loaded at the
+    first eval."""
+    if not all(p.done() for p in train):
         with _compiling(job, backend):
-            train.wait()
-    c = train.result()
-    job.log(f"{'cached' if c.cached else 'compiled'} module in {time.time() - t0:.1f}s: {c.path}")
-    return Module(c.path, backend, device=_device(job.world, backend), later={"forward": lambda: fwd.result().path})
+            for p in train:
+                p.wait()
+    cs = [p.result() for p in train]
+    what = "cached" if all(c.cached for c in cs) else "compiled"
+    job.log(f"{what} {'module' if len(cs) == 1 else f'{len(cs)} modules'} in {time.time() - t0:.1f}s: "
+            + ", ".join(str(c.path) for c in cs))
+    later = {"forward": lambda: fwd.result().path}
+    if len(cs) > 1:
+        later["train_early"] = lambda: cs[1].path
+    return Module(cs[0].path, backend, device=_device(job.world, backend), later=later)
 
 
 def _device(world, backend: str) -> str | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmc.run.dist import check_same, shard
+from lmc.run.runtime import train_function
 from lmc.train.fp8 import project, project_params, weight_axes
 from lmc.train.masks import draw
 from lmc.train.schedule import learning_rate
@@ -76,13 +77,17 @@ class StepStrategy:
 
 
 class FusedStep(StepStrategy):
-    """One @train_step call: forward, backward, update (and EMA) in one module function."""
+    """One optimizer step in one call of @train_step's layout: forward, backward, update (and
+    EMA) — one module function, or the two halves of an Abi.halves module (train_function)."""
 
     def step(self, state, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, state.pos.step)
         nP, nO, nE = len(state.P), len(state.O), len(state.E)
-        out = state.module.train_step(*state.P, *state.O, *state.E, *state.S, x, y, hp,
-                                      *step_masks(self.abi, self.cfg, state.pos, self.world))
+        call = getattr(self, "_call", None)
+        if call is None or call[0] is not state.module:
+            self._call = call = (state.module, train_function(self.abi, state.module))
+        out = call[1](*state.P, *state.O, *state.E, *state.S, x, y, hp,
+                      *step_masks(self.abi, self.cfg, state.pos, self.world))
         # results are device arrays: feed them straight back, no host copy
         state.P, state.O, state.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
         state.S = out[nP + nO + nE:-2]
