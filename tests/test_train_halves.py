@@ -157,6 +157,13 @@ def test_the_split_rule():
     assert a.halves and not abi(deep).halves and not abi(deep, halves="off").halves
     n = len(train_net(deep).graph.nodes)
     assert n >= lowering.SPLIT_MIN_NODES and a.cut == round(n * lowering.HALVES_AT)
+    light = load_net("specs/digits_googlenet.yaml")    # deep enough, but a step of a few ms
+    assert len(train_net(light).graph.nodes) >= lowering.SPLIT_MIN_NODES and lowering.mostly_convs(light)
+    assert not abi(light, halves="auto").halves and abi(light, halves="on").halves
+    vit = load_net("specs/vit_tiny.yaml", ["input.height=32", "input.width=32", "layers.0.patch_embed.patch_size=4",
+                                           "layers.0.patch_embed.n_patches=64"])
+    assert 3 * vit.total_flops >= lowering.SPLIT_MIN_FLOPS and not lowering.mostly_convs(vit)
+    assert not abi(vit, halves="auto").halves and abi(vit, halves="on").halves     # a transformer: one module
     early = {p.name for node in train_net(deep).graph.nodes[:a.cut] for p in node.params}
     assert a.late and not early & a.late and early | a.late == {p.name for p in a.params}
     # a recipe the halves cannot run: fused under auto, refused (exit 2, naming why) under on

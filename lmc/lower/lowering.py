@@ -235,10 +235,19 @@ def backward_cut(t: TypedNet) -> tuple[int, frozenset]:
 # the forward, the loss, the late layers' backward and their parameters' update; @train_early
 # the early layers' backward and update.  HALVES_AT: the share of the train graph's nodes whose
 # backward @train_early holds (the forward is all in @train_late, so a balanced pair gives the
-# early module more than half of the backward).  SPLIT_MIN_NODES: `split_rule`'s size from which
-# LMC_SPLIT=auto splits (below it, the compile is short and one module steps no slower).
+# early module more than half of the backward; measured: mobilenet_v2 at 0.7 / 0.75 / 0.8 / 0.9
+# waits 21.9 / 21.0 / 20.7 / 23.8 s, and a cut that balances the distinct nodes of each half
+# was closer on four nets but 46% slower on convnext_tiny: benchmarks/NOTES.md).  LMC_SPLIT=auto
+# splits a net of at least SPLIT_MIN_NODES train-graph nodes (a shallower one compiles in
+# seconds anyway) whose step computes at least SPLIT_MIN_FLOPS (3× the forward's,
+# bench.train_step_flops): the second call and its carried values cost a step about 0.5 ms
+# (the digits CNN: 5.9 → 6.4 ms), ≤ 1% of a step of that size; and whose FLOPs are mostly convs
+# (`mostly_convs`): the conv nets measured step 0–7% faster split, vit_tiny 5% slower (the
+# attention's saved residuals handed from one module to the other), so a transformer keeps
+# one module unless LMC_SPLIT=on.
 HALVES_AT = 0.75
 SPLIT_MIN_NODES = 60
+SPLIT_MIN_FLOPS = 4e9
 
 
 def unsplittable(cfg, world: int, accum: int) -> str | None:
@@ -252,7 +261,8 @@ def unsplittable(cfg, world: int, accum: int) -> str | None:
 
 def split_rule(net: TypedNet, t: TypedNet, mode: str, world: int = 1, accum: int = 1) -> bool:
     """Whether the train step is lowered in halves: mode on (refused, exit 2, where the recipe
-    cannot be split), auto (a net of at least SPLIT_MIN_NODES train-graph nodes) or off."""
+    cannot be split), auto (a net of at least SPLIT_MIN_NODES train-graph nodes and
+    SPLIT_MIN_FLOPS per step, mostly convs) or off."""
     if mode == "off":
         return False
     why = unsplittable(net.spec.train, world, accum)
@@ -260,7 +270,8 @@ def split_rule(net: TypedNet, t: TypedNet, mode: str, world: int = 1, accum: int
         if mode == "on":
             raise UsageError(f"LMC_SPLIT=on: {why}", hint="LMC_SPLIT=auto splits where it can")
         return False
-    return mode == "on" or len(t.graph.nodes) >= SPLIT_MIN_NODES
+    return mode == "on" or (len(t.graph.nodes) >= SPLIT_MIN_NODES and 3 * t.total_flops >= SPLIT_MIN_FLOPS
+                            and mostly_convs(t))
 
 
 def halves_cut(t: TypedNet) -> tuple[int, frozenset]:
@@ -515,9 +526,14 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
     LMC_PACKED at the command line) overrides: PACKED on every target, or no hint (A/B)."""
     if packed != "auto":
         return PACKED if packed == "on" else None
+    return PACKED_AVX2 if not mostly_convs(net) else None
+
+
+def mostly_convs(net: TypedNet) -> bool:
+    """Whether at least half of the net's FLOPs are in convs (else in dense / attention layers)."""
     conv = sum(n.flops for n in net.graph.nodes
                if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]))
-    return PACKED_AVX2 if 2 * conv < max(net.total_flops, 1) else None
+    return 2 * conv >= max(net.total_flops, 1)
 
 
 # Alternative spellings of a primitive (same math, same contract, both oracle-tested).
