@@ -107,19 +107,7 @@ def test_two_halves_compute_the_whole_grad_step(tmp_path, spec, cuts):
         _compare(got, want, f"cut {k} of {n}")
 
 
-SHARED = """
-name: halves_shared
-input: {channels: 4, height: 8, width: 8}
-layers:
-  - permute: {dims: [2, 1, 3]}
-  - reshape: {shape: [8, 32]}
-  - structure_module: {single_channels: 32, pair_channels: 8, n_blocks: 2}
-  - layer_norm: {dim: 32}
-  - flatten
-  - dense: {fan_in: 256, fan_out: 24}
-train: {optimizer: adam, learning_rate: 0.003, batch_size: 8, epochs: 1, loss_kind: float_target_mse}
-dataset: chain_structure
-"""
+SHARED = str(Path(__file__).parent / "data" / "halves_shared.yaml")   # a weight read in every round
 
 
 def test_a_shared_weight_across_the_cut(tmp_path):

@@ -30,27 +30,7 @@ pytestmark = pytest.mark.iree
 ROOT = Path(__file__).resolve().parent.parent
 DROPOUT_BN = str(ROOT / "tests" / "data" / "bn_dropout.yaml")   # conv_bn, max_pool, dropout
 
-SHARED = """
-name: halves_shared
-input: {channels: 4, height: 8, width: 8}
-layers:
-  - permute: {dims: [2, 1, 3]}
-  - reshape: {shape: [8, 32]}
-  - structure_module: {single_channels: 32, pair_channels: 8, n_blocks: 2}
-  - layer_norm: {dim: 32}
-  - flatten
-  - dense: {fan_in: 256, fan_out: 24}
-train: {optimizer: adam, learning_rate: 0.003, batch_size: 8, epochs: 1, loss_kind: float_target_mse}
-dataset: chain_structure
-"""
-
-
-def _net(tmp_path, spec, sets=()):
-    if spec.startswith("\n"):
-        path = tmp_path / "net.yaml"
-        path.write_text(spec)
-        spec = str(path)
-    return load_net(spec, list(sets))
+SHARED = str(ROOT / "tests" / "data" / "halves_shared.yaml")      # a weight read in every round
 
 
 def _inputs(net, a, seed=0):
@@ -100,8 +80,8 @@ def _compare(got, want, what):
     ("specs/digits_vit.yaml", [], ["rule"]),                   # attention, layer norm, AdamW, the class token
     (SHARED, [], ["shared"]),                                  # a weight read on both sides of the cut
 ])
-def test_the_halves_compute_the_fused_train_step(tmp_path, spec, sets, cuts):
-    net = _net(tmp_path, spec, sets)
+def test_the_halves_compute_the_fused_train_step(spec, sets, cuts):
+    net = load_net(spec, list(sets))
     whole = abi(net)
     assert not whole.halves
     ins = _inputs(net, whole)

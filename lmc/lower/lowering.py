@@ -873,13 +873,7 @@ def _train_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
     cs = [f"%c{j}" for j in range(len(carried))]
     args = [f"{N.p[p.name]}: {p.type.mlir}" for p in Pe] + opt(Oe) + ema(Ee) + [_hp_arg(em, a)] + \
         [f"{c}: {t}" for c, (_, t) in zip(cs, carried)]
-    it = iter(cs)
-    cot = {v: [next(it)] for v, _ in carry.cot}
-    saved: dict[int, list] = {id(n): [] for n in g.nodes[:k]}
-    for nid, _, _, t in carry.saved:
-        saved[nid].append((next(it), t))
-    grads_e = {name: [next(it)] for name, _ in carry.grads}
-    _walk(net, em, g, g.nodes[:k], cot, saved, grads_e, N, None)
+    grads_e = _early_walk(net, em, g, k, carry, cs, N)
     new_p, new_o, new_e = _update(net, em, a, N, _summed(em, grads_e, Pe), frozenset(p.name for p in Pe))
     rets = _rets_poe(a, new_p, new_o, new_e, Pe, Oe, Ee)
     n = len(rets)
@@ -949,16 +943,23 @@ def _grad_halves(net: TypedNet, em: _Emitter, a: Abi) -> tuple[str, str]:
     args = [f"{N.p[a.params[i].name]}: {a.params[i].type.mlir}" for i in early] + \
         [f"{N.g[a.params[i].name]}: {a.params[i].type.mlir}" for i in early] + \
         [f"{c}: {t}" for c, (_, t) in zip(cs, carried)]
+    grads_e = _early_walk(net, em, g, k, carry, cs, N)
+    params = [a.params[i] for i in early]
+    second = _func("grad_early", args, em, _accumulated(em, params, N, _summed(em, grads_e, params)))
+    return first, second
+
+
+def _early_walk(net: TypedNet, em: _Emitter, g, k: int, carry: _Carry, cs: list[str], N: _Names) -> dict:
+    """The backward of the placed graph's nodes before k (@grad_early's, @train_early's) from
+    the carried values, named `cs` in _Carry order; returns their params' gradient parts."""
     it = iter(cs)
     cot = {v: [next(it)] for v, _ in carry.cot}
     saved: dict[int, list] = {id(n): [] for n in g.nodes[:k]}
     for nid, _, _, t in carry.saved:
         saved[nid].append((next(it), t))
-    grads_e = {name: [next(it)] for name, _ in carry.grads}
-    _walk(net, em, g, g.nodes[:k], cot, saved, grads_e, N, None)
-    params = [a.params[i] for i in early]
-    second = _func("grad_early", args, em, _accumulated(em, params, N, _summed(em, grads_e, params)))
-    return first, second
+    grads = {name: [next(it)] for name, _ in carry.grads}
+    _walk(net, em, g, g.nodes[:k], cot, saved, grads, N, None)
+    return grads
 
 
 def _accumulated(em: _Emitter, params, N: _Names, grads: dict) -> list[tuple[str, str]]:
