@@ -156,9 +156,9 @@ def test_the_split_rule():
 
 
 def test_lmc_train_in_halves_trains_what_the_fused_step_does(tmp_path, monkeypatch):
-    """The same run, split and fused: the same tensors (the digits CNN, 30 steps: bit for bit
-    here, compared at f32 tolerance), two train modules compiled, and `lmc eval`'s @forward a
-    cache hit either way."""
+    """The same run, split and fused, and split then resumed fused: the same tensors (the digits
+    CNN, 30 steps: bit for bit here, compared at f32 tolerance), two train modules compiled, and
+    `lmc eval`'s @forward a cache hit either way."""
     import subprocess
     import sys
     spec = str(ROOT / "specs" / "digits_cnn.yaml")
@@ -176,10 +176,19 @@ def test_lmc_train_in_halves_trains_what_the_fused_step_does(tmp_path, monkeypat
         assert r.returncode == 0, r.stderr
         assert len(list(cache.glob("*.vmfb"))) == (3 if split == "on" else 2)     # eval: a cache hit
         got[split] = np.load(tmp_path / split / "last.npz")
+    # and a run split for 12 steps, resumed fused to 30: the checkpoint does not know the split
+    env = {**__import__("os").environ, "LMC_CACHE": str(tmp_path / "cache-on")}
+    for split, more in (("on", ["--max-steps", "12"]), ("off", ["--resume", "--max-steps", "30"])):
+        r = subprocess.run([sys.executable, "-m", "lmc", "train", spec if split == "on" else str(tmp_path / "mixed"),
+                            "--out", str(tmp_path / "mixed"), *more], capture_output=True, text=True,
+                           env={**env, "LMC_SPLIT": split}, timeout=600)
+        assert r.returncode == 0, r.stderr
+    got["mixed"] = np.load(tmp_path / "mixed" / "last.npz")
     names = [k for k in got["off"].files if not k.startswith("__")]
     assert names
     for k in names:
-        np.testing.assert_allclose(got["on"][k], got["off"][k], rtol=1e-5, atol=1e-6, err_msg=k)
+        for other in ("on", "mixed"):
+            np.testing.assert_allclose(got[other][k], got["off"][k], rtol=1e-5, atol=1e-6, err_msg=f"{other}: {k}")
 
 
 def test_lmc_split_on_a_recipe_it_cannot_split_exits_2(tmp_path):
