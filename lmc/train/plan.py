@@ -177,9 +177,10 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     run in the background from the start, their errors reported where they were before)."""
     cfg = job.cfg
     backend = resolve_backend(job.opts.backend)
-    # before the data: a refusal costs no loading.  Two modules, compiled side by side while the
-    # data loads: the training functions (what the first step waits for) and @forward (evals, and
-    # the module `lmc eval` / `lmc predict` compile too: theirs is then a cache hit)
+    # before the data: a refusal costs no loading.  The modules compile in the background while
+    # the data loads: the training functions (what the first step waits for: one module, or an
+    # Abi.halves net's two side by side) and @forward (evals, and the module `lmc eval` / `lmc
+    # predict` compile too: theirs is then a cache hit)
     opts = job.opts.lower_options
     texts = lower_train(job.net, job.abi, backend, job.world.size, opts)
     fwd_text = lower(job.net, "forward", backend=backend, options=opts)

@@ -79,14 +79,14 @@ class StepStrategy:
 class FusedStep(StepStrategy):
     """One optimizer step in one call of @train_step's layout: forward, backward, update (and
     EMA) — one module function, or the two halves of an Abi.halves module (train_function)."""
+    _call: tuple | None = None       # (the module, its train_function), made at the first step
 
     def step(self, state, x, y, lr):
         hp = self.abi.hp_vector(self.cfg, lr, state.pos.step)
         nP, nO, nE = len(state.P), len(state.O), len(state.E)
-        call = getattr(self, "_call", None)
-        if call is None or call[0] is not state.module:
-            self._call = call = (state.module, train_function(self.abi, state.module))
-        out = call[1](*state.P, *state.O, *state.E, *state.S, x, y, hp,
+        if self._call is None or self._call[0] is not state.module:
+            self._call = (state.module, train_function(self.abi, state.module))
+        out = self._call[1](*state.P, *state.O, *state.E, *state.S, x, y, hp,
                       *step_masks(self.abi, self.cfg, state.pos, self.world))
         # results are device arrays: feed them straight back, no host copy
         state.P, state.O, state.E = out[:nP], out[nP:nP + nO], out[nP + nO:nP + nO + nE]
