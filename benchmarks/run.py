@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lmc.train.bench import sgemm_peak_gflops, stepper, train_step_flops  # noqa: E402
-from lmc.compile import compile_background  # noqa: E402
+from lmc.compile import compile_training  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import abi, lower, lower_train  # noqa: E402
 from lmc.lower.options import LowerOptions  # noqa: E402
-from lmc.run.runtime import Module  # noqa: E402
+from lmc.run.runtime import training_module  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 import peers                             # noqa: E402
 
@@ -81,13 +81,10 @@ def lmc_candidate(net, form: str | None = None, cold: bool = True):
     if form:
         import dense_forms
         texts = [dense_forms.variant(text, form) for text in texts]
-    train = [compile_background(text, options=options) for text in texts]
-    fwd = compile_background(lower(net, "forward", options=options), options=options,
-                             after=train if len(train) > 1 else ())
+    train, fwd = compile_training(texts, lower(net, "forward", options=options), options=options)
     cs = [p.result() for p in train]
     compile_s = time.perf_counter() - t0
-    later = {"train_early": lambda: cs[1].path} if len(cs) > 1 else {}
-    step, _ = stepper(net, Module(cs[0].path, later=later), a=a)
+    step, _ = stepper(net, training_module([c.path for c in cs]), a=a)
 
     def settle():
         """After the first step: the @forward compile done, so the timed steps run alone."""

@@ -344,6 +344,18 @@ def compile_background(text: str, backend: str | None = None, chip: str | None =
     return Pending(text, backend, chip, options, cdir, after)
 
 
+def compile_training(texts: list[str], fwd_text: str, backend: str | None = None, chip: str | None = None,
+                     options: LowerOptions | None = LowerOptions(), cdir: Path | None = None) -> tuple[list[Pending], Pending]:
+    """Start the compiles of `lmc train`'s modules: the training functions' (lowering.lower_train:
+    one, or an Abi.halves net's two side by side) and @forward's — beside one, after two (a third
+    compile on two cores slows the halves the first step waits for).  The caller cancels them
+    all where it stops before their results."""
+    train = [compile_background(t, backend, chip, options=options, cdir=cdir) for t in texts]
+    fwd = compile_background(fwd_text, backend, chip, options=options, cdir=cdir,
+                             after=train if len(train) > 1 else ())
+    return train, fwd
+
+
 @atexit.register
 def _stop_background():
     """A background compile nobody waited for: stop its iree-compile, let its thread tidy up."""

@@ -117,7 +117,7 @@ def test_bad_npz_datasets_are_refused_and_the_started_compiles_stopped(tmp_path,
 
         def cancel(self):
             stopped.append(1)
-    monkeypatch.setattr(plan, "compile_background", lambda *a, **k: Compile())
+    monkeypatch.setattr(plan, "compile_training", lambda *a, **k: ([Compile()], Compile()))
     rng = np.random.default_rng(0)
     x, y = rng.random((100, 64), np.float32), np.arange(100) % 10
     p = tmp_path / "d.npz"

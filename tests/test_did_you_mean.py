@@ -112,7 +112,7 @@ def nothing_loads(monkeypatch):
     def reached(*a, **k):
         raise AssertionError("the refusal came after loading data or compiling")
     monkeypatch.setattr(plan, "load_data", reached)
-    monkeypatch.setattr(plan, "compile_background", reached)
+    monkeypatch.setattr(plan, "compile_training", reached)
     monkeypatch.setattr(plan, "lower", reached)
 
 

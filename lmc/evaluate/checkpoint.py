@@ -17,7 +17,7 @@ from lmc.evaluate.recalibrate import recalibrate_bn
 from lmc.graph.init import init_tensors
 from lmc.lower.lowering import abi, eval_batch_stats, lower, lower_train
 from lmc.lower.options import LowerOptions
-from lmc.run.runtime import Module, check_device
+from lmc.run.runtime import Module, check_device, training_module
 
 
 EVAL_REGIONS = ("auto", "live", "ema", "swa", "swag")
@@ -60,11 +60,8 @@ def evaluate_checkpoint(net, init: Path, data: Path | None, backend: str | None,
         texts = _train_modules(net, a, b, options)
         if texts is None:
             raise EvalError("--recalibrate needs the spec's train step, which does not lower for this recipe")
-        ts = [compile_module(text, None, b, chip, options=options) for text in texts]
-        later = {"forward": lambda: c.path}
-        if len(ts) > 1:
-            later["train_early"] = lambda: ts[1].path
-        mod = Module(ts[0].path, b, later=later)
+        ts = [compile_module(text, None, b, chip, options=options).path for text in texts]
+        mod = training_module(ts, b, forward=lambda: c.path)
         S = recalibrate_bn(mod, net, a, w.got.params, recalibrate, ds, log)
     else:
         mod = Module(c.path, b)

@@ -268,3 +268,13 @@ class HalvesCall:
 def train_function(a, module):
     """The module's fused train step as one callable: @train_step, or its halves (HalvesCall)."""
     return HalvesCall(a, module) if a.halves else module.train_step
+
+
+def training_module(paths: list, backend: str = "llvm-cpu", device: str | None = None, forward=None) -> Module:
+    """The training functions' compiled module(s) as one Module: the first's functions, an
+    Abi.halves net's @train_early from the second (its own context on the same device), and
+    @forward from the vmfb `forward()` returns, loaded at its first call."""
+    later = {} if forward is None else {"forward": forward}
+    if len(paths) > 1:
+        later["train_early"] = lambda: paths[1]
+    return Module(paths[0], backend, device=device, later=later)

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from lmc.compile import compile_background, compile_module, resolve_backend
+from lmc.compile import compile_module, compile_training, resolve_backend
 from lmc.core.errors import RunError, TrainError
 from lmc.graph.infer import TypedNet
 from lmc.lower.lowering import abi, lower, lower_train
 from lmc.lower.options import LowerOptions
-from lmc.run.runtime import Module
+from lmc.run.runtime import Module, train_function, training_module
 from lmc.train.masks import draw
-from lmc.run.runtime import train_function
 
 
 class DeviceMissing(TrainError):
@@ -107,9 +106,7 @@ def _compile_all(texts: list[str], fwd_text: str, backend: str, chip: str | None
     """(the training functions' modules, seconds until the last of them compiled, @forward's
     module), all compiled side by side as `lmc train` does; cdir: the cache (default: the user's)."""
     t0 = time.perf_counter()
-    train = [compile_background(t, backend, chip, options=options, cdir=cdir) for t in texts]
-    fwd = compile_background(fwd_text, backend, chip, options=options, cdir=cdir,
-                             after=train if len(train) > 1 else ())
+    train, fwd = compile_training(texts, fwd_text, backend, chip, options, cdir)
     try:
         cs = [p.result() for p in train]
         return cs, time.perf_counter() - t0, fwd.result()
@@ -145,12 +142,9 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
                 "compile_s": round(compile_s, 3) if (cold or not all(c.cached for c in cs)) else None,
                 "compile_cached_s": round(cached_s, 4), "vmfb_bytes": sum(Path(c.path).stat().st_size for c in cs),
                 "forward_vmfb_bytes": Path(f.path).stat().st_size}
-    later = {"forward": lambda: f.path}
-    if len(cs) > 1:
-        later["train_early"] = lambda: cs[1].path
     t0 = time.perf_counter()
     try:
-        m = Module(cs[0].path, backend, later=later)
+        m = training_module([c.path for c in cs], backend, forward=lambda: f.path)
     except RunError as e:             # no such device here: the compile numbers still stand
         raise DeviceMissing(e.message, hint=e.hint, partial=compiled) from None
     load_s = time.perf_counter() - t0

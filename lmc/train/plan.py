@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from lmc._version import __version__
-from lmc.compile import (DEFAULT_CHIP, Pending, compile_background, compiler_version, find_compiler,
+from lmc.compile import (DEFAULT_CHIP, Pending, compile_training, compiler_version, find_compiler,
                          resolve_backend)
 from lmc.check import check, load_net
 from lmc.core.errors import LmcError, TrainError
@@ -39,7 +39,7 @@ from lmc.lower.lowering import abi, lower, lower_train
 from lmc.run import dist
 from lmc.run.checkpoint import apply_bootstrap, atomic_write, load_checkpoint, load_init, net_hash
 from lmc.run.rundir import CHECKPOINT, RUN_FILE, RUN_FORMAT, SPEC_FILE, data_differences, read_run_info, saved_spec
-from lmc.run.runtime import Module, check_device
+from lmc.run.runtime import Module, check_device, training_module
 from lmc.spec.netspec import resolved_data, resolved_yaml
 from lmc.train.tboard import require_tensorboard
 from lmc.train.metrics_log import MetricsLog, NoMetrics, now
@@ -185,9 +185,7 @@ def build_plan(job: TrainJob) -> tuple[TrainPlan, Start]:
     texts = lower_train(job.net, job.abi, backend, job.world.size, opts)
     fwd_text = lower(job.net, "forward", backend=backend, options=opts)
     t0 = time.time()
-    train = [compile_background(t, backend, job.opts.chip, options=opts) for t in texts]
-    # @forward beside one train module; after two (three compiles on two cores slow the halves)
-    fwd = compile_background(fwd_text, backend, job.opts.chip, options=opts, after=train if len(train) > 1 else ())
+    train, fwd = compile_training(texts, fwd_text, backend, job.opts.chip, opts)
     try:
         resumed = _read_resume(job, backend)
         ds = _load_data(job, resumed)
@@ -399,10 +397,7 @@ def _load_module(job: TrainJob, train: list[Pending], fwd: Pending, t0: float, b
     what = "cached" if all(c.cached for c in cs) else "compiled"
     job.log(f"{what} {'module' if len(cs) == 1 else f'{len(cs)} modules'} in {time.time() - t0:.1f}s: "
             + ", ".join(str(c.path) for c in cs))
-    later = {"forward": lambda: fwd.result().path}
-    if len(cs) > 1:
-        later["train_early"] = lambda: cs[1].path
-    return Module(cs[0].path, backend, device=_device(job.world, backend), later=later)
+    return training_module([c.path for c in cs], backend, _device(job.world, backend), lambda: fwd.result().path)
 
 
 def _device(world, backend: str) -> str | None:
