@@ -10,6 +10,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -133,13 +134,35 @@ def _last(fl: list[str], name: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def host_has_avx512() -> bool:
-    """Whether this machine's CPU has AVX-512F (Linux's /proc/cpuinfo; False where unreadable)."""
+def _cpuinfo_first(keys: tuple[str, ...]) -> dict[str, str]:
+    """The first value of each of `keys` in Linux's /proc/cpuinfo ({} where unreadable)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    return any(line.startswith("flags") and " avx512f" in line for line in text.splitlines())
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip() in keys:
+            out.setdefault(k.strip(), v.strip())
+    return out
+
+
+def host_has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512F (Linux's /proc/cpuinfo; False where unreadable)."""
+    return "avx512f" in _cpuinfo_first(("flags",)).get("flags", "").split()
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu_id() -> str:
+    """What `--iree-llvmcpu-target-cpu=host` resolves to, as far as the cache must tell hosts
+    apart: the CPU's vendor, family, model and feature flags (/proc/cpuinfo; the machine's
+    architecture where that is unreadable). A cache shared between machines (a home directory
+    on NFS, a VM that moves between hosts) must not hand one CPU's code to another: code built
+    for a CPU with AVX-512 FP16 dies with SIGILL on one without, and code tuned for one vendor's
+    cores runs slower on the other's."""
+    info = _cpuinfo_first(("vendor_id", "cpu family", "model", "flags", "CPU implementer", "CPU part", "Features"))
+    return hashlib.sha256(repr(sorted(info.items()) or platform.machine()).encode()).hexdigest()[:16]
 
 
 def target_has_avx512(fl: list[str]) -> bool:
@@ -164,9 +187,12 @@ class Compiled:
 
 
 def cache_key(text: str, fl: list[str], version: str, options: LowerOptions | None) -> str:
-    """The cache entry's name: the text, flags and compiler version, and the options' canonical
-    text (options=None: a module lmc did not lower, e.g. an .mlir file — keyed by its text alone)."""
+    """The cache entry's name: the text, flags and compiler version, the options' canonical text
+    (options=None: a module lmc did not lower, e.g. an .mlir file — keyed by its text alone), and
+    for a `host` llvm-cpu target the CPU it resolves to (host_cpu_id)."""
     parts = [text, *fl, version] + ([f"lmc-lower-options:{options.canonical()}"] if options is not None else [])
+    if "host" in (_last(fl, "--iree-llvmcpu-target-cpu"), _last(fl, "--iree-llvmcpu-target-cpu-features")):
+        parts.append(f"host-cpu:{host_cpu_id()}")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 

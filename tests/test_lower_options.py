@@ -141,6 +141,31 @@ def test_the_cache_key_tells_option_sets_apart():
     assert cache_key("module", fl, v, LowerOptions()) == cache_key("module", fl, v, LowerOptions())
 
 
+def test_a_host_target_is_keyed_by_the_cpu_it_resolves_to(monkeypatch):
+    """A cache shared by two machines (NFS home, a VM moved between hosts) must not hand code
+    built for one CPU to the other: `host` is keyed by the CPU, a named CPU by its name alone."""
+    import lmc.compile as c
+    cpus = {"a": {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17", "flags": "fpu avx512f"},
+            "b": {"vendor_id": "GenuineIntel", "cpu family": "6", "model": "143", "flags": "fpu avx512f avx512_fp16"}}
+
+    def key(cpu, fl):
+        monkeypatch.setattr(c, "_cpuinfo_first", lambda keys: {k: v for k, v in cpus[cpu].items() if k in keys})
+        c.host_cpu_id.cache_clear()
+        return c.cache_key("module", fl, "IREE 3.13", LowerOptions())
+
+    try:
+        host = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+        named = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=znver4"]
+        feats = named + ["--iree-llvmcpu-target-cpu-features=host"]
+        assert key("a", host) != key("b", host)
+        assert key("a", host) == key("a", host)
+        assert key("a", feats) != key("b", feats)
+        assert key("a", named) == key("b", named)
+        assert c.host_has_avx512()
+    finally:
+        c.host_cpu_id.cache_clear()
+
+
 @pytest.fixture
 def stub_compiler(monkeypatch, tmp_path):
     """An iree-compile that copies its input to its output: the cache, without IREE."""
