@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.core.fields import did_you_mean
-from lmc.lower.lowering import PACKED, PACKED_AVX2
+from lmc.lower.lowering import PACKED, PACKED_AVX2, PACKED_LARGE
 from lmc.lower.options import LowerOptions
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
@@ -109,14 +109,16 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
         out.append("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false")
     extra = shlex.split(os.environ.get("IREE_EXTRA_FLAGS", ""))
     # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (lowering.py
-    # `_packed_matmuls`: PACKED, or PACKED_AVX2 for a target without AVX-512 — the target as the
-    # flags name it, extra flags included; benchmarks/NOTES.md) and always for train.bf16's
+    # `_packed_matmuls`: PACKED, PACKED_AVX2 for a target without AVX-512, PACKED_LARGE for
+    # one without AVX-512 or with Intel's (large_packs) — the target as the flags name it, extra
+    # flags included; benchmarks/NOTES.md) and always for train.bf16's
     # bf16×bf16→f32 dots: only packed matmuls use AVX512-BF16's vdpbf16ps; without it IREE widens
     # to f32 and is slower than f32 (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).
     # The global-opt path: --iree-opt-data-tiling fails on these modules ("large vector sizes").
     if b == "llvm-cpu" and text is not None and (
             "xbf16>" in text or f"\n{PACKED}\n" in text
-            or (f"\n{PACKED_AVX2}\n" in text and not target_has_avx512(out + extra))):
+            or (f"\n{PACKED_AVX2}\n" in text and not target_has_avx512(out + extra))
+            or (f"\n{PACKED_LARGE}\n" in text and large_packs(out + extra))):
         out.append("--iree-global-opt-data-tiling")
     return out + extra
 
@@ -176,6 +178,23 @@ def target_has_avx512(fl: list[str]) -> bool:
             return f == "+avx512f"
     cpu = _last(fl, "--iree-llvmcpu-target-cpu") or "host"
     return host_has_avx512() if cpu == "host" else cpu in _AVX512_CPUS
+
+
+# The Intel ones among them (x86-64-v4 names no vendor)
+_INTEL_AVX512_CPUS = _AVX512_CPUS - {"znver4", "znver5", "x86-64-v4"}
+
+
+def large_packs(fl: list[str]) -> bool:
+    """Whether the target that flags `fl` name runs large dense matmuls faster packed (mmt4d)
+    than as IREE's plain matmul codegen (benchmarks/NOTES.md, measured per class): without
+    AVX-512 (AVX2's 8×8 tiles) and on Intel's AVX-512 cores (an Intel Xeon: vit_tiny −16%), not
+    on AMD's (Zen 4: vit_tiny +2% CPU)."""
+    if not target_has_avx512(fl):
+        return True
+    cpu = _last(fl, "--iree-llvmcpu-target-cpu") or "host"
+    if cpu == "host":
+        return _cpuinfo_first(("vendor_id",)).get("vendor_id") == "GenuineIntel"
+    return cpu in _INTEL_AVX512_CPUS
 
 
 @dataclass

@@ -64,9 +64,15 @@ from lmc.prims.axes import TO_HBWC, TO_NCHW, physical
 
 # The lowering's hints to the compiler (a comment line of the module, `_packed_matmuls`): on
 # llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py) — always
-# (PACKED), or only for a target without AVX-512 (PACKED_AVX2).
+# (PACKED), or only for a target without AVX-512 (PACKED_AVX2), or for one without AVX-512 or
+# with Intel's (PACKED_LARGE: a net whose dense matmuls are large; compile.large_packs).
 PACKED = "// lmc: llvm-cpu packed matmuls"
 PACKED_AVX2 = "// lmc: llvm-cpu matmuls packed on AVX2-class targets"
+PACKED_LARGE = "// lmc: llvm-cpu matmuls packed on AVX2-class and Intel AVX-512 targets"
+# The forward FLOPs of a net's largest non-conv node from which it is PACKED_LARGE
+# (benchmarks/NOTES.md: on an Intel Xeon, tiny_gpt's 0.27-GFLOP MLP matmuls at batch 32 step 12%
+# slower packed, the same at batch 128 (1.07 GFLOP) 21% faster, vit_tiny@32²'s 1.23 GFLOP 16%).
+LARGE_MATMUL_FLOPS = 5e8
 
 SCALAR = "tensor<f32>"
 # the hp entries every train step reads, first in the vector
@@ -520,13 +526,20 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
     """The packing hint for llvm-cpu (benchmarks/NOTES.md, "Packed matmuls by instruction set"):
     packed (mmt4d) matmuls pay only for nets whose matmul FLOPs are mostly in dense/attention
     layers, and only on targets without AVX-512 (AVX2: mnist_mlp −10…−17%, tiny_gpt −7%,
-    vit_tiny −7%; with AVX-512 they cost mnist_mlp +10…+14% and tiny_gpt +7%).  A net whose FLOPs
-    are mostly convs is faster unpacked on both (mobilenet_v2 −14% / −9%, efficientnet_b0 −2% /
-    −6%, resnet18@32² +3% / −12%, mnist_cnn, cifar_cnn_bn).  packed="on"|"off" (LowerOptions.packed,
+    vit_tiny −7%; with AMD's AVX-512 they cost mnist_mlp +10…+14% and tiny_gpt +7%) or, for a
+    net whose largest dense matmul has LARGE_MATMUL_FLOPS, with Intel's (vit_tiny −16%, tiny_gpt
+    at batch 128 −21%; at batch 32 +12%).  A net whose FLOPs are mostly convs is faster unpacked
+    on all three (Zen 4 / Zen 4 held to AVX2: mobilenet_v2 −14% / −9%, efficientnet_b0 −2% / −6%,
+    resnet18@32² +3% / −12%; an Intel Xeon: mnist_cnn −15%, cifar_cnn_bn −12%, resnet18@32² −9%,
+    mobilenet_v2 −14%, efficientnet_b0 −4%).  packed="on"|"off" (LowerOptions.packed,
     LMC_PACKED at the command line) overrides: PACKED on every target, or no hint (A/B)."""
     if packed != "auto":
         return PACKED if packed == "on" else None
-    return PACKED_AVX2 if not mostly_convs(net) else None
+    if mostly_convs(net):
+        return None
+    big = max((n.flops for n in net.graph.nodes
+               if not n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params])), default=0)
+    return PACKED_LARGE if big >= LARGE_MATMUL_FLOPS else PACKED_AVX2
 
 
 def mostly_convs(net: TypedNet) -> bool:
