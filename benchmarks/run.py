@@ -457,9 +457,10 @@ def results_md(rows, m, steps, peaks: dict | None = None) -> str:
            "- `load` is the 1-minute load average before–after the measurement (the machine may be shared; "
            "wall times of all candidates are affected alike, `lmc CPU ms` is lmc's process CPU time per step).",
            "", table(rows, peaks), "",
-           "Cold start (each candidate in a fresh process): lmc's iree-compile of the train module into an empty "
-           "LMC_CACHE (lowering included; `cached` when run with --warm-cache and the module was cached) — with "
-           "its @forward module compiling beside it, as `lmc train` does — then its first step; JAX's and "
+           "Cold start (each candidate in a fresh process): lmc's iree-compile of the training module into an "
+           "empty LMC_CACHE (lowering included; `cached` when run with --warm-cache and the module was cached) — "
+           "a conv net's step as two modules compiled side by side (`LMC_SPLIT=auto`), its @forward module "
+           "compiling beside one module or after two, as `lmc train` does — then its first step; JAX's and "
            "torch.compile's first call (tracing and JIT compile; torch.compile's FX graph cache may be warm). Compile-only rows are not timed per step.", "", cold_table(rows), ""]
     firsts = [f"{r['net']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["first_call_s"].items()) for r in rows]
     out += ["First call of every candidate:", ""]
