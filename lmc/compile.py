@@ -135,7 +135,7 @@ def _last(fl: list[str], name: str) -> str | None:
     return vals[-1] if vals else None
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=None)           # a few fixed key tuples
 def _cpuinfo_first(keys: tuple[str, ...]) -> dict[str, str]:
     """The first value of each of `keys` in Linux's /proc/cpuinfo ({} where unreadable)."""
     try:
