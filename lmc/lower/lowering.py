@@ -537,16 +537,17 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
         return PACKED if packed == "on" else None
     if mostly_convs(net):
         return None
-    big = max((n.flops for n in net.graph.nodes
-               if not n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params])), default=0)
+    big = max((n.flops for n in net.graph.nodes if not _is_conv(n)), default=0)
     return PACKED_LARGE if big >= LARGE_MATMUL_FLOPS else PACKED_AVX2
+
+
+def _is_conv(n: Node) -> bool:
+    return bool(n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]))
 
 
 def mostly_convs(net: TypedNet) -> bool:
     """Whether at least half of the net's FLOPs are in convs (else in dense / attention layers)."""
-    conv = sum(n.flops for n in net.graph.nodes
-               if n.prim.conv_matmuls([v.type for v in n.inputs], [p.type for p in n.params]))
-    return 2 * conv >= max(net.total_flops, 1)
+    return 2 * sum(n.flops for n in net.graph.nodes if _is_conv(n)) >= max(net.total_flops, 1)
 
 
 # Alternative spellings of a primitive (same math, same contract, both oracle-tested).

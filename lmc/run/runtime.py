@@ -239,30 +239,26 @@ class HalvesCall:
 
     def __init__(self, a, module):
         self.m = module
-        self.late, self.early = a.late_index()
-        self.ol, self.oe = ([j for j, (_, p) in enumerate(a.opt) if (p.name in a.late) == side] for side in (True, False))
-        self.el, self.ee = ([j for j, p in enumerate(a.ema) if (p.name in a.late) == side] for side in (True, False))
-        self.n = len(a.params), len(a.opt), len(a.ema), len(a.state)
+        nP, nO, nE = len(a.params), len(a.opt), len(a.ema)
+        late, early = a.late_index()
+        side = lambda is_late: ([nP + j for j, (_, p) in enumerate(a.opt) if (p.name in a.late) == is_late]
+                                + [nP + nO + j for j, p in enumerate(a.ema) if (p.name in a.late) == is_late])
+        # positions in @train_step's P + O + E: @train_late's arguments (all of P, its O and E),
+        # each half's P'/O'/E' results, and where each of those goes in @train_step's results
+        self.late_args = list(range(nP)) + side(True)
+        self.early_args = early + side(False)
+        outs = late + side(True) + self.early_args
+        self.order = [0] * len(outs)
+        for k, i in enumerate(outs):
+            self.order[i] = k
+        self.n, self.n_late, self.nS = nP + nO + nE, len(outs) - len(self.early_args), len(a.state)
 
     def __call__(self, *args):
-        nP, nO, nE, nS = self.n
-        P, O, E = args[:nP], args[nP:nP + nO], args[nP + nO:nP + nO + nE]
-        S, rest = args[nP + nO + nE:nP + nO + nE + nS], args[nP + nO + nE + nS:]
-        r = self.m.train_late(*P, *[O[j] for j in self.ol], *[E[j] for j in self.el], *S, *rest)
-        nT = len(self.late) + len(self.ol) + len(self.el)
-        r2 = self.m.train_early(*[P[i] for i in self.early], *[O[j] for j in self.oe], *[E[j] for j in self.ee],
-                                rest[2], *r[nT + nS + 2:])
-        r2 = r2 if isinstance(r2, (list, tuple)) else [r2]      # IREE returns one result bare
-        out = [None] * (nP + nO + nE)
-        for res, ps, os_, es in ((r, self.late, self.ol, self.el), (r2, self.early, self.oe, self.ee)):
-            k = 0
-            for i in ps:
-                out[i], k = res[k], k + 1
-            for j in os_:
-                out[nP + j], k = res[k], k + 1
-            for j in es:
-                out[nP + nO + j], k = res[k], k + 1
-        return out + list(r[nT:nT + nS + 2])
+        n, nT, nS = self.n, self.n_late, self.nS
+        r = self.m.train_late(*[args[i] for i in self.late_args], *args[n:])
+        r2 = self.m.train_early(*[args[i] for i in self.early_args], args[n + nS + 2], *r[nT + nS + 2:])
+        new = list(r[:nT]) + (list(r2) if isinstance(r2, (list, tuple)) else [r2])   # IREE returns one result bare
+        return [new[k] for k in self.order] + list(r[nT:nT + nS + 2])
 
 
 def train_function(a, module):
