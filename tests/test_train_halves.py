@@ -200,3 +200,23 @@ def test_lmc_split_on_a_recipe_it_cannot_split_exits_2(tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2 and "LMC_SPLIT=on" in r.stderr and "grad_clip_norm" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_lmc_render_follows_lmc_split_on(tmp_path):
+    """`lmc render` / `lmc compile` read LMC_SPLIT too: on renders the halves (refused where the
+    recipe cannot be split), auto and off the fused @train_step."""
+    import os
+    import re
+    import subprocess
+    import sys
+    spec = str(ROOT / "specs" / "digits_cnn.yaml")
+
+    def render(split, *extra):
+        env = {**os.environ, "LMC_CACHE": str(tmp_path / "cache"), "LMC_SPLIT": split}
+        return subprocess.run([sys.executable, "-m", "lmc", "render", spec, *extra],
+                              capture_output=True, text=True, env=env, timeout=300)
+    funcs = {s: re.findall(r"func\.func @(\w+)", render(s).stdout) for s in ("on", "auto", "off")}
+    assert funcs["on"] == ["train_late", "train_early", "forward"], funcs
+    assert funcs["auto"] == funcs["off"] == ["train_step", "forward"], funcs
+    r = render("on", "--set", "train.grad_clip_norm=1")
+    assert r.returncode == 2 and "grad_clip_norm" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -133,6 +133,16 @@ def _train_abi(net, options: LowerOptions) -> dict | None:
             else ["grad_step", "apply_step"]}
 
 
+def _rendered_abi(net, function: str, options: LowerOptions):
+    """The ABI `lmc render` / `lmc compile` lower the training step with: LMC_SPLIT=on renders it
+    as its two halves, @train_late + @train_early, in the one module (exit 2 where the recipe
+    cannot be split, as in `lmc train`); auto and off the fused @train_step, the reference form
+    (None: lower's default)."""
+    if options.split != "on" or function not in ("train_step", "all") or net.spec.train is None:
+        return None
+    return abi(net, halves="on")
+
+
 @app.command(cls=_Command)
 def render(spec: SpecArg,
            output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the module here instead of stdout.")] = None,
@@ -148,8 +158,9 @@ def render(spec: SpecArg,
         if function not in ("train_step", "forward", "all", "input_grad"):
             raise LmcError(f"--function must be train_step, forward, all or input_grad, got {function!r}"
                            + did_you_mean(function, ("train_step", "forward", "all", "input_grad")))
-        text = lower(_load(spec, set, batch), function, backend=resolve_backend(backend),
-                     options=LowerOptions.from_env())
+        net, options = _load(spec, set, batch), LowerOptions.from_env()
+        text = lower(net, function, backend=resolve_backend(backend), options=options,
+                     the_abi=_rendered_abi(net, function, options))
     if output:
         output.write_text(text)
         err.print(f"wrote {output} ({len(text):,} bytes)")
@@ -177,7 +188,8 @@ def compile_cmd(source: Annotated[Path, typer.Argument(help="A spec (.yaml) or a
             options = None          # a text lmc did not lower here: cached by the text alone
         else:
             net = _load(source, set)
-            text = lower(net, backend=resolve_backend(backend), options=options)
+            text = lower(net, backend=resolve_backend(backend), options=options,
+                         the_abi=_rendered_abi(net, "all", options))
             name = net.spec.name + (f"-{net.spec.build_tag}" if net.spec.build_tag else "")
         b = resolve_backend(backend)
         out = output or Path("build") / f"{name}.{b}.vmfb"
