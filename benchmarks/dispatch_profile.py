@@ -1,7 +1,8 @@
 """Per-dispatch profile of a spec's @train_step on llvm-cpu (issue 15: "a profile per net
 listing the top dispatches"): compiles the module (extra iree-compile flags allowed), writes
 lmc.bench's seed-0 arguments as .npy, runs `iree-benchmark-module` with HAL host-execution
-profiling and prints `iree-profile statistics`' top rows (time per dispatch kind per step).
+profiling and prints the top dispatches and the time per dispatch kind per step, over every step
+but the first (`profile`).
 
     python benchmarks/dispatch_profile.py specs/mnist_mlp.yaml [--set train.batch_size=128]
         [--flags --iree-llvmcpu-target-cpu=znver3] [--reps 20] [--top 12]
@@ -12,6 +13,7 @@ pages dominate (benchmarks/NOTES.md, session 2)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -42,7 +44,6 @@ def main():
     ap.add_argument("--flags", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=12)
-    ap.add_argument("--raw", action="store_true", help="also print iree-profile's statistics as they are")
     ap.add_argument("--dense-dw", default="as_is", help="a dense dW form of benchmarks/dense_forms.py (A/B)")
     ap.add_argument("--no-phase-dx", action="store_true", help="strided convs' dx on the interior-padded dy (A/B)")
     args = ap.parse_args()
@@ -51,18 +52,20 @@ def main():
     net = infer(load_spec(args.spec, args.sets))
     options = LowerOptions.from_env()     # this script is a command line: the LMC_* switches
     try:
-        bench_line, stats = profile(net, options, args.reps, args.flags, args.dense_dw)
+        bench_line, rows_ = profile(net, options, args.reps, args.flags, args.dense_dw)
     except RuntimeError as e:
         sys.exit(str(e))
     print(bench_line)
-    if args.raw:
-        print(stats)
-    summarize(stats, args.top)
+    summarize(rows_, args.top)
 
 
-def profile(net, options: LowerOptions, reps: int = 20, flags=(), dense_dw: str = "as_is") -> tuple[str, str]:
-    """Profile net's @train_step: (iree-benchmark-module's train_step lines, iree-profile's
-    statistics text).  RuntimeError with the tool's stderr when one fails."""
+def profile(net, options: LowerOptions, reps: int = 20, flags=(), dense_dw: str = "as_is") -> tuple[str, list]:
+    """Profile net's @train_step: (iree-benchmark-module's train_step lines, the dispatch rows
+    of every step but the first: `rows`).  The first call is left out: its dispatches are the
+    first to touch the step's memory (page faults, the heap's huge pages zeroed by the kernel)
+    and ran up to 5× slower than later ones (mnist_cnn: its forward's Winograd transforms 8.5–11.6
+    ms against 1.7–2.5), which made a profile of a few steps misleading.  RuntimeError with the
+    tool's stderr when one fails."""
     text = lower(net, functions="train_step", options=options)
     if dense_dw != "as_is":
         import dense_forms
@@ -80,6 +83,9 @@ def profile(net, options: LowerOptions, reps: int = 20, flags=(), dense_dw: str 
             f = Path(d) / f"a{i}.npy"
             np.save(f, np.ascontiguousarray(v))
             ins.append(f"--input=@{f}")
+        size = transients_size(c.path, "train_step")
+        if size is not None:           # the caller's transient storage (LMC_TRANSIENTS): a zero-filled buffer
+            ins.append(f"--input={max(size, 1)}xi8")
         prof = Path(d) / "p.ireeprof"
         # glibc.malloc.hugetlb=1: the heap on transparent huge pages, as lmc's runtime advises it
         env = {**os.environ, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1),
@@ -91,14 +97,25 @@ def profile(net, options: LowerOptions, reps: int = 20, flags=(), dense_dw: str 
         if r.returncode != 0:
             raise RuntimeError(r.stderr[-3000:])
         bench_line = "\n".join(l for l in r.stdout.splitlines() if "train_step" in l)
-        s = subprocess.run([str(bindir / "iree-profile"), "statistics", str(prof)], capture_output=True, text=True)
+        s = subprocess.run([str(bindir / "iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(prof)],
+                           capture_output=True, text=True)
         if s.returncode != 0:
             raise RuntimeError(s.stderr[-3000:])
-        return bench_line, s.stdout
+        return bench_line, rows(s.stdout)
 
 
-_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-_ROW = re.compile(r"host_execute (\S+_dispatch_\d+_(\S+))\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) ")
+def transients_size(vmfb, fn: str) -> int | None:
+    """The transient storage `fn` takes as its last argument (lowering.with_transients), bytes;
+    None where it allocates its own."""
+    import iree.runtime as rt
+    instance = rt.VmInstance()          # held while the module is read (it must outlive it)
+    module = rt.VmModule.mmap(instance, str(vmfb))
+    c = module.lookup_function(fn).reflection.get("iree.abi.transients.size.constant")
+    del module
+    return None if c is None else int(c)
+
+
+_KEY = re.compile(r"\S+_dispatch_\d+_(\S+)")
 
 
 def _kind(k: str) -> str:
@@ -110,19 +127,24 @@ def _kind(k: str) -> str:
     return k.split("_")[0]
 
 
-def parse(text: str) -> list[tuple[float, int, str, str]]:
-    """iree-profile statistics' dispatch rows: (total ms, count, name, kind)."""
-    rows = []
-    for m in _ROW.finditer(text):
-        name, kind, count, total, unit = m.groups()
-        rows.append((float(total) * _UNIT[unit], int(count), name, _kind(kind)))
-    return rows
+def rows(jsonl: str, skip: int = 1) -> list[tuple[float, int, str, str]]:
+    """`iree-profile dispatch --dispatch_events` JSONL as rows (total ms, count, name, kind) per
+    dispatch, over every call but the first `skip` (one call, one submission)."""
+    events = [e for e in map(json.loads, filter(None, jsonl.splitlines()))
+              if e.get("type") == "host_dispatch_event" and _KEY.fullmatch(e.get("key", ""))]
+    first = sorted({e["submission_id"] for e in events})[:skip]
+    agg: dict[str, list] = {}
+    for e in events:
+        if e["submission_id"] not in first:
+            r = agg.setdefault(e["key"], [0.0, 0])
+            r[0] += e["duration_ns"] * 1e-6
+            r[1] += 1
+    return [(t, n, k, _kind(_KEY.fullmatch(k).group(1))) for k, (t, n) in agg.items()]
 
 
-def top_share(text: str, top: int = 5) -> dict | None:
+def top_share(rows: list, top: int = 5) -> dict | None:
     """The `top` costliest dispatches' share of the step's dispatch time, the dispatches per
     step and the dispatch time per step (ms); None when the profile has no dispatch rows."""
-    rows = parse(text)
     if not rows:
         return None
     steps = min(c for _, c, _, _ in rows)
@@ -133,9 +155,8 @@ def top_share(text: str, top: int = 5) -> dict | None:
             "names": [n.split("_dispatch_", 1)[1] for _, _, n, _ in best]}
 
 
-def summarize(text: str, top: int):
+def summarize(rows: list, top: int):
     """Top dispatches by time per step, and the time per kind (matmul, transpose, ...)."""
-    rows = parse(text)
     if not rows:
         print("no dispatch rows in the profile")
         return

@@ -254,8 +254,8 @@ def _profile(conn, spec: str, sets: list[str], top: int):
     try:
         import dispatch_profile
         net = infer(load_spec(ROOT / spec, sets))
-        _, stats = dispatch_profile.profile(net, LowerOptions.from_env(), reps=10)
-        conn.send(("ok", dispatch_profile.top_share(stats, top)))
+        _, rows = dispatch_profile.profile(net, LowerOptions.from_env(), reps=10)
+        conn.send(("ok", dispatch_profile.top_share(rows, top)))
     except Exception as e:  # report, don't hide
         conn.send(("error", f"{type(e).__name__}: {str(e).strip()[-300:]}"))
 

@@ -62,3 +62,26 @@ def test_the_bench_tables_carry_gflops_peak_share_and_cold_start():
     assert c[3].startswith("| big (8) (compile only) |")
     md = run.results_md([row], {"cpu": "x", "cores": 2, "date": "d", "python": "3"}, 3, {"native": 200.0})
     assert "200 GFLOP/s" in md and "Cold start" in md
+
+
+def test_the_dispatch_profile_leaves_the_first_call_out():
+    """benchmarks/dispatch_profile.py's rows from recorded events (no measurement): the first
+    call's dispatches (its first touches of the step's memory) are not in the table."""
+    import json
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import dispatch_profile
+
+    def ev(sub, key, ns):
+        return json.dumps({"type": "host_dispatch_event", "submission_id": sub, "key": key, "duration_ns": ns})
+    lines = [ev(3, "train_step_dispatch_0_matmul_8x8x8_f32", 9_000_000),
+             ev(3, "train_step_dispatch_1_elementwise_64_f32", 5_000_000)]
+    for sub in (7, 11):
+        lines += [ev(sub, "train_step_dispatch_0_matmul_8x8x8_f32", 1_000_000),
+                  ev(sub, "train_step_dispatch_1_elementwise_64_f32", 250_000),
+                  ev(sub, "train_step_dispatch_1_elementwise_64_f32", 250_000)]
+    rows = sorted(dispatch_profile.rows("\n".join(lines + ['{"type": "dispatch_summary"}'])))
+    assert rows == [(1.0, 4, "train_step_dispatch_1_elementwise_64_f32", "elementwise"),
+                    (2.0, 2, "train_step_dispatch_0_matmul_8x8x8_f32", "matmul")]
+    share = dispatch_profile.top_share(rows, top=1)
+    assert share["dispatches_per_step"] == 3 and share["dispatch_ms"] == 1.5 and share["share"] == 2.0 / 3.0

@@ -365,7 +365,7 @@ def test_vmfb_package_runs_from_the_docs_snippet_without_lmc(ckpt, tmp_path):
     assert np.array_equal(y, z)
 
 
-def test_vmfb_refusals(ckpt, tmp_path):
+def test_vmfb_refusals(ckpt, tmp_path, monkeypatch):
     spec, net, path, *_ = ckpt
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
@@ -376,6 +376,10 @@ def test_vmfb_refusals(ckpt, tmp_path):
     assert r.exit_code == 2 and "is a file" in r.output
     r = run("export", spec, "--init", path, "--format", "vmfb", "--batch", "0", "-o", tmp_path / "p")
     assert r.exit_code == 2 and "--batch must be at least 1" in r.output
+    # the package's snippet passes no transient storage (LMC_TRANSIENTS, docs/env.md)
+    monkeypatch.setenv("LMC_TRANSIENTS", "external")
+    r = run("export", spec, "--init", path, "--format", "vmfb", "-o", tmp_path / "q")
+    assert r.exit_code == 2 and "LMC_TRANSIENTS=external" in r.output and not (tmp_path / "q").exists()
 
 
 # ------------------------------------------------------------------------------------ import

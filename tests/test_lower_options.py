@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 RECIPE = DATA / "recipe.yaml"
 DEFAULTS = {"conv_form": "winograd", "bf16_form": "convert", "layout": "hbwc", "inplace": "on", "packed": "auto",
-            "split": "auto"}
+            "split": "auto", "transients": "auto"}
 # a conv run that the layout pass keeps in HBWC (conv → conv), a dense head, a recipe
 CONVS = """\
 name: convs
@@ -56,7 +56,8 @@ def no_lmc_env(monkeypatch):
 def test_defaults_are_todays_and_describe_themselves():
     o = LowerOptions()
     assert o.as_dict() == DEFAULTS
-    assert o.describe() == "conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=on, packed=auto, split=auto"
+    assert o.describe() == ("conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=on, packed=auto, split=auto, "
+                            "transients=auto")
     # the compile cache's key: every option but split, which picks the texts, not how one compiles
     keyed = {k: v for k, v in DEFAULTS.items() if k != "split"}
     assert o.canonical() == json.dumps(keyed, sort_keys=True, separators=(",", ":"))
@@ -70,10 +71,10 @@ def test_defaults_are_todays_and_describe_themselves():
 def test_from_env_reads_each_variable(no_lmc_env):
     assert LowerOptions.from_env() == LowerOptions()
     env = {"LMC_CONV_FORM": "direct", "LMC_BF16_FORM": "emulated", "LMC_LAYOUT": "nchw",
-           "LMC_INPLACE": "off", "LMC_PACKED": "on", "LMC_SPLIT": "off"}
+           "LMC_INPLACE": "off", "LMC_PACKED": "on", "LMC_SPLIT": "off", "LMC_TRANSIENTS": "alloca"}
     assert LowerOptions.from_env(env).as_dict() == {"conv_form": "direct", "bf16_form": "emulated",
                                                     "layout": "nchw", "inplace": "off", "packed": "on",
-                                                    "split": "off"}
+                                                    "split": "off", "transients": "alloca"}
     assert LowerOptions.from_env({"LMC_PACKED": "off"}) == LowerOptions(packed="off")
 
 

@@ -10,6 +10,7 @@ alone (no lmc):
 docs/export.md has the ~20-line snippet that runs it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -44,6 +45,10 @@ def write_package(net, w: Weights, out: Path, backend: str | None = None, chip: 
     check_package_dir(net, out)
     b = resolve_backend(backend)
     chip = chip or os.environ.get("IREE_CHIP") or DEFAULT_CHIP[b]
+    if options.transients == "external":
+        raise ExportError("LMC_TRANSIENTS=external: a vmfb package's @forward allocates its own intermediates "
+                          "(the runtime snippet passes no storage buffer)", hint="unset LMC_TRANSIENTS for lmc export")
+    options = dataclasses.replace(options, transients="alloca")      # auto: the package's simple ABI
     out.mkdir(parents=True, exist_ok=True)
     c = compile_module(lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
     log(f"{'cached' if c.cached else 'compiled'} @forward for {b} ({chip}) at batch {net.batch}")

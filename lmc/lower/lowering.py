@@ -442,7 +442,8 @@ def lower(net: TypedNet, functions: str = "all", backend: str | None = None, wor
         bodies.append(_input_grad(net, em, the_abi if the_abi is not None else abi(net)))
     if functions in ("all", "forward", "input_grad"):
         bodies.append(_forward(net, em, batch_stats))
-    return _module(net, em, bodies, functions, options)
+    text = _module(net, em, bodies, functions, options)
+    return with_transients(text) if options.external_transients(backend or "llvm-cpu") else text
 
 
 def lower_train(net: TypedNet, a: Abi, backend: str | None = None, world: int = 1,
@@ -503,6 +504,25 @@ def split_module(text: str, second: list[str]) -> tuple[str, str]:
     if missing:
         raise ValueError(f"split_module: no public function {missing}")
     return module([f for f in publics if f not in second]), module(second)
+
+
+TRANSIENTS = "%transients: !hal.buffer_view {iree.abi.transients}"
+_PUBLIC = re.compile(r"^(\s*func\.func @[\w.$-]+\()(.*?)(\) -> .*)$")
+
+
+def with_transients(text: str) -> str:
+    """Every public function of a module with one more argument, last: the storage of its
+    transient values (IREE's `iree.abi.transients`), passed by the caller and kept between calls
+    (lmc/run/runtime.py's Module appends it), instead of an allocation per call — on llvm-cpu
+    one malloc and zero fill of every transient allocation over 64 MiB, each call
+    (LowerOptions.transients)."""
+    def one(line: str) -> str:
+        m = _PUBLIC.match(line)
+        if not m:
+            return line
+        head, args, tail = m.groups()
+        return f"{head}{args + ', ' if args else ''}{TRANSIENTS}{tail}"
+    return "\n".join(one(l) for l in text.split("\n"))
 
 
 def _module(net: TypedNet, em: _Emitter, bodies: list[str], functions: str, options: LowerOptions) -> str:

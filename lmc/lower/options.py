@@ -21,7 +21,12 @@ callers and tests pass `LowerOptions(...)` or take the defaults, whatever the en
   functions in two modules compiled side by side, @train_late + @train_early (lowering.py
   `split_rule`, `halves_cut`): where the net is deep enough, always, or never.  The same math
   (the halves' results are the fused step's, bit for bit) and the same state on the host; the
-  compiled functions differ, so this one changes the ABI's function list (Abi.halves)."""
+  compiled functions differ, so this one changes the ABI's function list (Abi.halves);
+- transients (LMC_TRANSIENTS): auto | external | alloca — where a function's intermediate values
+  live: in one storage buffer the caller passes and keeps between calls (IREE's
+  `iree.abi.transients`: the runtime's Module appends it, lmc/run/runtime.py), or allocated by
+  the function on every call; auto = external on llvm-cpu, whose runtime mallocs and zero-fills
+  every allocation over 64 MiB per call (benchmarks/NOTES.md, "Transient storage")."""
 from __future__ import annotations
 
 import json
@@ -39,6 +44,7 @@ CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "inplace": ("LMC_INPLACE", ("on", "off")),
     "packed": ("LMC_PACKED", ("auto", "on", "off")),
     "split": ("LMC_SPLIT", ("auto", "on", "off")),
+    "transients": ("LMC_TRANSIENTS", ("auto", "external", "alloca")),
 }
 
 
@@ -59,6 +65,7 @@ class LowerOptions:
     inplace: str = "on"
     packed: str = "auto"
     split: str = "auto"
+    transients: str = "auto"
 
     def __post_init__(self):
         # a value built in code is checked as strictly as one read from the environment: a typo
@@ -94,6 +101,10 @@ class LowerOptions:
     def hbwc(self) -> bool:
         """The activation-layout pass runs (lmc/graph/layout.py `place`)."""
         return self.layout == "hbwc"
+
+    def external_transients(self, backend: str) -> bool:
+        """The exported functions take their transient storage from the caller (`transients`)."""
+        return self.transients == "external" or (self.transients == "auto" and backend == "llvm-cpu")
 
     @property
     def tie(self) -> bool:

@@ -200,6 +200,7 @@ class Module:
         self._later = dict(later or {})
         self._loaded: dict[str, object] = {}      # function name → the later module's function
         self._contexts: list = []                 # theirs, kept alive with this one
+        self._storage = None                      # the functions' transient storage (Transients)
         if name == "local-task":            # the device and its workers exist by now
             yield_to_workers()
 
@@ -222,12 +223,56 @@ class Module:
             ctx = self.rt.SystemContext(vm_modules=[self.rt.VmModule.mmap(self.config.vm_instance, vmfb)],
                                         config=self.config)
             self._contexts.append(ctx)
-            self._loaded[fn] = ctx.modules.model[fn]
+            self._loaded[fn] = self._bound(ctx.modules.model, fn)
             return self._loaded[fn]
-        return self.model[fn]
+        self._loaded[fn] = self._bound(self.model, fn)
+        return self._loaded[fn]
+
+    def _bound(self, model, fn: str):
+        """model's function `fn`, with its transient storage appended where it takes one."""
+        f = model[fn]
+        if "iree.abi.transients.size" not in f.vm_function.reflection:
+            return f
+        if self._storage is None:
+            self._storage = Transients(self)
+        return self._storage.bind(f, fn, f.vm_function.reflection.get("iree.abi.transients.size.constant"))
 
     def upload(self, a: np.ndarray):
         return self.rt.asdevicearray(self.device, np.ascontiguousarray(a))
+
+
+class Transients:
+    """The transient storage of a Module's functions (the lowering's `with_transients`: the
+    last argument, `iree.abi.transients`): one device buffer, grown to the largest size a call
+    asks for and passed to every call, so no call allocates (or, on llvm-cpu, mallocs and
+    zero-fills) its intermediates.  One buffer serves all of the Module's functions: lmc calls
+    them one at a time, and a call returns when its work is done (IREE's synchronous ABI); its
+    results are allocations of their own, never views into the storage."""
+
+    def __init__(self, module: "Module"):
+        self.m = module
+        self.nbytes = 0
+        self.view = None
+
+    def storage(self, nbytes: int):
+        if nbytes > self.nbytes or self.view is None:
+            rt = self.m.rt
+            self.view = None                        # the old buffer is freed before the larger one
+            buf = self.m.device.allocator.allocate_buffer(
+                memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
+                allocation_size=max(nbytes, 1))
+            self.view = rt.HalBufferView(buf, [max(nbytes, 1)], rt.HalElementType.UINT_8)
+            self.nbytes = nbytes
+        return self.view
+
+    def bind(self, f, name: str, constant: str | None):
+        """f with the storage appended, of the size the compiler worked out (lmc's shapes are
+        static, so IREE folds it to a constant)."""
+        if constant is None:
+            raise RunError(f"@{name} takes transient storage of a size known only at run time, which lmc "
+                           "does not provide", hint="LMC_TRANSIENTS=alloca compiles it to allocate its own")
+        n = int(constant)
+        return lambda *args: f(*args, self.storage(n))
 
 
 class HalvesCall:
