@@ -8,6 +8,21 @@ from lmc.prims import Prim, primitive
 # fan_out up to which the products are a broadcast multiply + sum rather than a dot_general
 # (templates/prims/dense.mlir.j2; a classifier head's 10 classes: benchmarks/NOTES.md)
 NARROW_N = 16
+# fan_in from which the forward product is summed over chunks of the contraction (split-K): IREE
+# 3.13's llvm-cpu matmul tiles only the output across workgroups and streams the whole K through
+# each tile, so a long K falls out of cache (mnist_cnn's 3136 → 512 at batch 128: 52 GFLOP/s;
+# in chunks of 196, 112 GFLOP/s; benchmarks/NOTES.md, "Split-K")
+SPLIT_K_MIN = 2048
+SPLIT_K_CHUNK = (64, 200)      # the chunk: the largest divisor of fan_in in this range
+
+
+def k_chunks(k: int) -> int:
+    """How many chunks dense's forward splits a contraction of k into (1: none)."""
+    lo, hi = SPLIT_K_CHUNK
+    if k < SPLIT_K_MIN:
+        return 1
+    chunk = max((d for d in range(lo, hi + 1) if k % d == 0), default=None)
+    return 1 if chunk is None else k // chunk
 
 
 @primitive("dense")
@@ -19,7 +34,9 @@ class Dense(Prim):
     examples = [({}, [TensorType((4, 5))], [TensorType((5, 3)), TensorType((3,))]),
                 ({}, [TensorType((1, 7))], [TensorType((7, 2)), TensorType((2,))]),
                 # wider than NARROW_N: the dot_general form
-                ({}, [TensorType((3, 6))], [TensorType((6, 20)), TensorType((20,))])]
+                ({}, [TensorType((3, 6))], [TensorType((6, 20)), TensorType((20,))]),
+                # fan_in ≥ SPLIT_K_MIN: the forward summed over 12 chunks of 192
+                ({}, [TensorType((3, 2304))], [TensorType((2304, 20)), TensorType((20,))])]
 
     def infer(self, ins, ps):
         (x,), (w, _) = ins, ps
@@ -33,7 +50,11 @@ class Dense(Prim):
         (x,), (w, _) = ins, ps
         narrow = w.dims[1] <= NARROW_N
         bkn = TensorType((x.dims[0], w.dims[0], w.dims[1])).mlir if narrow else None
-        return {"narrow": narrow, "bkn": bkn}
+        (b, k), n = x.dims, w.dims[1]
+        s = 1 if narrow else k_chunks(k)
+        split = None if s == 1 else {"xs": TensorType((b, s, k // s)).mlir, "ws": TensorType((s, k // s, n)).mlir,
+                                     "ps": TensorType((s, b, n)).mlir}
+        return {"narrow": narrow, "bkn": bkn, "split": split}
 
     @staticmethod
     def reference(xp, x, w, b):
