@@ -590,6 +590,17 @@ def test_recalibrate_rebuilds_bn_statistics(tmp_path):
         means.append(y.mean(axis=(0, 2, 3)))
     got = np.asarray(S[[s.name for s in net.state].index("00.conv_bn.running_mean")])
     assert got == pytest.approx(np.mean(means, axis=0), rel=1e-4, abs=1e-5)
+    # a step split in halves (LMC_SPLIT=on): @train_late alone gives the same statistics
+    from lmc.lower.lowering import lower_train
+    from lmc.run.runtime import training_module
+    ah = abi(net, halves="on")
+    assert ah.halves
+    halves = training_module([compile_module(t).path for t in lower_train(net, ah)])
+    calls = []
+    early = halves.train_early
+    halves._loaded["train_early"] = lambda *args: calls.append(1) or early(*args)
+    Sh = recalibrate_bn(halves, net, ah, params, 3, ds, lambda s: None)
+    assert not calls and all(np.array_equal(np.asarray(u), np.asarray(v)) for u, v in zip(S, Sh))
     r = run("eval", MLP, "--init", bare, "--recalibrate", 3)
     assert r.exit_code == 2 and "no BN running statistics to re-estimate" in r.stderr
 

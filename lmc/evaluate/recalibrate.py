@@ -2,8 +2,8 @@
 training batches in train mode (the seed's fallback for checkpoints without them, e.g. a Lean
 kit `.bin` with no `_bn_stats` companion, and a repair for stale ones).
 
-The compiled `@train_step` (or `@grad_step` under accumulation) runs with lr = 0 and its
-updated parameters discarded — only its new running statistics are kept, and the same
+The compiled `@train_step` (or `@grad_step` under accumulation; of a step split in halves only
+`@train_late`, which holds the forward) runs with lr = 0 and its updated parameters discarded — only its new running statistics are kept, and the same
 parameters go into every call.  Its running update is running ← m·running + (1 − m)·batch
 with m = bn_momentum a runtime value, so calling it with m = (k − 1)/k at the k-th batch makes
 the result the plain mean of the N batches' statistics (PyTorch's momentum=None), independent
@@ -16,7 +16,7 @@ import numpy as np
 from lmc.core.errors import EvalError
 from lmc.data import Batcher
 from lmc.graph.init import init_tensors
-from lmc.run.runtime import train_function
+from lmc.run.runtime import state_function
 
 
 def recalibrate_bn(mod, net, a, params: list[np.ndarray], n_batches: int, ds, log) -> list:
@@ -42,15 +42,14 @@ def recalibrate_bn(mod, net, a, params: list[np.ndarray], n_batches: int, ds, lo
         E = P if a.ema else []
     else:
         G = [np.zeros(p.type.dims, np.float32) for p in net.params]
-    train_step = train_function(a, mod) if a.accum == 1 else None      # @train_step, or its halves
+    new_state = state_function(a, mod) if a.accum == 1 else None      # @train_step, or @train_late alone
     spe = batcher.steps_per_epoch
     nP = len(P)
     for k in range(n_batches):
         x, y = batcher.batch(k // spe, k % spe)
         hp[ib] = k / (k + 1)
         if a.accum == 1:
-            out = train_step(*P, *O, *E, *S, x, y, hp, *a.mask_ones())     # no dropout / drop path
-            S = list(out[nP + len(O) + len(E):-2])
+            S = new_state(*P, *O, *E, *S, x, y, hp, *a.mask_ones())     # no dropout / drop path
         else:
             out = mod.grad_step(*P, *S, *G, x, y, hp, *a.mask_ones())
             S = list(out[nP:nP + len(S)])

@@ -306,6 +306,22 @@ class HalvesCall:
         return [new[k] for k in self.order] + list(r[nT:nT + nS + 2])
 
 
+    def late_state(self, *args):
+        """@train_late alone, with @train_step's arguments: its new state S' (the BN running
+        statistics, all of which the forward in @train_late computes) — for a caller that
+        needs nothing else (`lmc eval --recalibrate`), to whom @train_early would be waste."""
+        r = self.m.train_late(*[args[i] for i in self.late_args], *args[self.n:])
+        return list(r[self.n_late:self.n_late + self.nS])
+
+
+def state_function(a, module):
+    """A callable with @train_step's arguments that returns only its new state S'."""
+    if a.halves:
+        return HalvesCall(a, module).late_state
+    nS, f = len(a.state), module.train_step
+    return lambda *args: list(f(*args)[-2 - nS:-2])      # (P', O', E', S', loss, correct)
+
+
 def train_function(a, module):
     """The module's fused train step as one callable: @train_step, or its halves (HalvesCall)."""
     return HalvesCall(a, module) if a.halves else module.train_step
