@@ -3,12 +3,13 @@ training batches in train mode (the seed's fallback for checkpoints without them
 kit `.bin` with no `_bn_stats` companion, and a repair for stale ones).
 
 The compiled `@train_step` (or `@grad_step` under accumulation; of a step split in halves only
-`@train_late`, which holds the forward) runs with lr = 0 and its updated parameters discarded — only its new running statistics are kept, and the same
-parameters go into every call.  Its running update is running ← m·running + (1 − m)·batch
-with m = bn_momentum a runtime value, so calling it with m = (k − 1)/k at the k-th batch makes
-the result the plain mean of the N batches' statistics (PyTorch's momentum=None), independent
-of what the checkpoint held.  Batches: the training split in epoch order (shuffled from the
-recipe's seed), without augmentation."""
+`@train_late`, which holds the forward) runs with lr = 0 and its updated parameters discarded —
+only its new running statistics are kept, and the same parameters go into every call.  Its
+running update is running ← m·running + (1 − m)·batch with m = bn_momentum a runtime value, so
+calling it with m = (k − 1)/k at the k-th batch makes the result the plain mean of the N
+batches' statistics (PyTorch's momentum=None), independent of what the checkpoint held.
+Batches: the training split in epoch order (shuffled from the recipe's seed), without
+augmentation."""
 from __future__ import annotations
 
 import numpy as np

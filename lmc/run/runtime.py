@@ -305,7 +305,6 @@ class HalvesCall:
         new = list(r[:nT]) + (list(r2) if isinstance(r2, (list, tuple)) else [r2])   # IREE returns one result bare
         return [new[k] for k in self.order] + list(r[nT:nT + nS + 2])
 
-
     def late_state(self, *args):
         """@train_late alone, with @train_step's arguments: its new state S' (the BN running
         statistics, all of which the forward in @train_late computes) — for a caller that
