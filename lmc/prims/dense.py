@@ -11,8 +11,9 @@ NARROW_N = 16
 # fan_in from which the forward product is summed over chunks of the contraction (split-K): IREE
 # 3.13's llvm-cpu matmul tiles only the output across workgroups and streams the whole K through
 # each tile, so a long K falls out of cache (mnist_cnn's 3136 → 512 at batch 128: 52 GFLOP/s;
-# in chunks of 196, 112 GFLOP/s; benchmarks/NOTES.md, "Split-K")
-SPLIT_K_MIN = 2048
+# in chunks of 196, 112 GFLOP/s; mnist_mlp's 784 → 512: 104 → 135; at 512 the split loses:
+# benchmarks/NOTES.md, "Split-K")
+SPLIT_K_MIN = 768
 SPLIT_K_CHUNK = (64, 200)      # the chunk: the largest divisor of fan_in in this range
 
 
