@@ -130,7 +130,7 @@ def _kind(k: str) -> str:
 def rows(jsonl: str, skip: int = 1) -> list[tuple[float, int, str, str]]:
     """`iree-profile dispatch --dispatch_events` JSONL as rows (total ms, count, name, kind) per
     dispatch, over every call but the first `skip` (one call, one submission)."""
-    events = [e for e in map(json.loads, filter(None, jsonl.splitlines()))
+    events = [e for e in (json.loads(l) for l in jsonl.splitlines() if l.startswith("{"))
               if e.get("type") == "host_dispatch_event" and _KEY.fullmatch(e.get("key", ""))]
     first = sorted({e["submission_id"] for e in events})[:skip]
     agg: dict[str, list] = {}
