@@ -255,14 +255,13 @@ class Transients:
         self.view = None
 
     def storage(self, nbytes: int):
-        if nbytes > self.nbytes or self.view is None:
-            rt = self.m.rt
+        if self.view is None or nbytes > self.nbytes:
+            rt, self.nbytes = self.m.rt, max(nbytes, 1)
             self.view = None                        # the old buffer is freed before the larger one
             buf = self.m.device.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
-                allocation_size=max(nbytes, 1))
-            self.view = rt.HalBufferView(buf, [max(nbytes, 1)], rt.HalElementType.UINT_8)
-            self.nbytes = nbytes
+                allocation_size=self.nbytes)
+            self.view = rt.HalBufferView(buf, [self.nbytes], rt.HalElementType.UINT_8)
         return self.view
 
     def bind(self, f, name: str, constant: str | None):
