@@ -26,6 +26,33 @@ def k_chunks(k: int) -> int:
     return 1 if chunk is None else k // chunk
 
 
+# rows (the batch, or batch × tokens) from which dW = xᵀ·dy, a contraction over the rows, is
+# summed over chunks of rows: the same streaming as the long fan_in above, on the backward's
+# product (tiny_gpt's fc1 at 2,048 rows: 3.6 → 1.6 ms; vit_tiny's at 4,160: 21 → 7 ms;
+# benchmarks/NOTES.md, "dW over chunks of rows")
+SPLIT_ROWS_MIN = 1024
+SPLIT_ROWS_CHUNK = (128, 320)  # the chunk: the largest divisor of the row count in this range
+
+
+def row_chunks(rows: int) -> int:
+    """How many chunks a dW contraction over `rows` rows is split into (1: none)."""
+    lo, hi = SPLIT_ROWS_CHUNK
+    if rows < SPLIT_ROWS_MIN:
+        return 1
+    chunk = max((d for d in range(lo, hi + 1) if rows % d == 0), default=None)
+    return 1 if chunk is None else rows // chunk
+
+
+def row_split(rows: int, k: int, n: int) -> dict | None:
+    """The render context of dW summed over row chunks: x and dy reshaped to [chunks, rows/chunks,
+    ·], their batched product [chunks, k, n]; None where row_chunks leaves one chunk."""
+    m = row_chunks(rows)
+    if m == 1:
+        return None
+    r = rows // m
+    return {"xs": TensorType((m, r, k)).mlir, "dys": TensorType((m, r, n)).mlir, "ps": TensorType((m, k, n)).mlir}
+
+
 @primitive("dense")
 class Dense(Prim):
     """y = x·w + b.  x [B, K], w [K, N], b [N].  Saves x."""
@@ -37,7 +64,9 @@ class Dense(Prim):
                 # wider than NARROW_N: the dot_general form
                 ({}, [TensorType((3, 6))], [TensorType((6, 20)), TensorType((20,))]),
                 # fan_in ≥ SPLIT_K_MIN: the forward summed over 12 chunks of 192
-                ({}, [TensorType((3, 2304))], [TensorType((2304, 20)), TensorType((20,))])]
+                ({}, [TensorType((3, 2304))], [TensorType((2304, 20)), TensorType((20,))]),
+                # batch ≥ SPLIT_ROWS_MIN: dW summed over 4 chunks of 256 rows
+                ({}, [TensorType((1024, 6))], [TensorType((6, 20)), TensorType((20,))])]
 
     def infer(self, ins, ps):
         (x,), (w, _) = ins, ps
@@ -55,7 +84,7 @@ class Dense(Prim):
         s = 1 if narrow else k_chunks(k)
         split = None if s == 1 else {"xs": TensorType((b, s, k // s)).mlir, "ws": TensorType((s, k // s, n)).mlir,
                                      "ps": TensorType((s, b, n)).mlir}
-        return {"narrow": narrow, "bkn": bkn, "split": split}
+        return {"narrow": narrow, "bkn": bkn, "split": split, "dw_split": None if narrow else row_split(b, k, n)}
 
     @staticmethod
     def reference(xp, x, w, b):

@@ -10,6 +10,7 @@ from lmc.core.errors import ShapeError
 from lmc.core.types import TensorType, flt
 from lmc.prims import Prim, primitive
 from lmc.prims.basic import Bias
+from lmc.prims.dense import row_split
 
 
 @primitive("concat")
@@ -225,7 +226,9 @@ class Linear(Prim):
     params = ("w", "b")
     examples = [({}, [TensorType((2, 3, 4))], [TensorType((4, 5)), TensorType((5,))]),
                 ({}, [TensorType((2, 3, 4))], [TensorType((4, 5))]),
-                ({}, [TensorType((3, 4))], [TensorType((4, 2)), TensorType((2,))])]
+                ({}, [TensorType((3, 4))], [TensorType((4, 2)), TensorType((2,))]),
+                # 1,040 rows ≥ SPLIT_ROWS_MIN: dW summed over 4 chunks of 260 rows
+                ({}, [TensorType((2, 520, 4))], [TensorType((4, 6)), TensorType((6,))])]
 
     def infer(self, ins, ps):
         x, w = ins[0], ps[0]
@@ -236,8 +239,10 @@ class Linear(Prim):
         return TensorType(x.dims[:-1] + (w.dims[1],)), 2 * (x.size // w.dims[0]) * w.dims[0] * w.dims[1]
 
     def context(self, ins, ps, out):
-        r = ins[0].rank
-        return {"has_b": len(ps) > 1, "lead": list(range(r - 1)), "k_ax": r - 1}
+        x, (k, n) = ins[0], ps[0].dims
+        r = x.rank
+        return {"has_b": len(ps) > 1, "lead": list(range(r - 1)), "k_ax": r - 1,
+                "dw_split": row_split(x.size // k, k, n)}
 
     @staticmethod
     def reference(xp, x, w, b=None):
