@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.core.fields import did_you_mean
-from lmc.lower.lowering import PACKED, PACKED_AVX2, PACKED_LARGE
+from lmc.lower.lowering import PACKED, PACKED_AVX2, PACKED_INTEL, PACKED_LARGE
 from lmc.lower.options import LowerOptions
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
@@ -110,7 +110,8 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
     extra = shlex.split(os.environ.get("IREE_EXTRA_FLAGS", ""))
     # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (lowering.py
     # `_packed_matmuls`: PACKED, PACKED_AVX2 for a target without AVX-512, PACKED_LARGE for
-    # one without AVX-512 or with Intel's (large_packs) — the target as the flags name it, extra
+    # one without AVX-512 or with Intel's (large_packs), PACKED_INTEL for Intel's AVX-512 alone
+    # — the target as the flags name it, extra
     # flags included; benchmarks/NOTES.md) and always for train.bf16's
     # bf16×bf16→f32 dots: only packed matmuls use AVX512-BF16's vdpbf16ps; without it IREE widens
     # to f32 and is slower than f32 (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).
@@ -118,7 +119,8 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
     if b == "llvm-cpu" and text is not None and (
             "xbf16>" in text or f"\n{PACKED}\n" in text
             or (f"\n{PACKED_AVX2}\n" in text and not target_has_avx512(out + extra))
-            or (f"\n{PACKED_LARGE}\n" in text and large_packs(out + extra))):
+            or (f"\n{PACKED_LARGE}\n" in text and large_packs(out + extra))
+            or (f"\n{PACKED_INTEL}\n" in text and target_has_avx512(out + extra) and large_packs(out + extra))):
         out.append("--iree-global-opt-data-tiling")
     return out + extra
 

@@ -61,14 +61,17 @@ from lmc.lower.options import LowerOptions
 from lmc.lower.spectral import capped, context
 from lmc.prims import make_prim
 from lmc.prims.axes import TO_HBWC, TO_NCHW, physical
+from lmc.prims.dense import row_chunks
 
 # The lowering's hints to the compiler (a comment line of the module, `_packed_matmuls`): on
 # llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py) — always
 # (PACKED), or only for a target without AVX-512 (PACKED_AVX2), or for one without AVX-512 or
-# with Intel's (PACKED_LARGE: a net whose dense matmuls are large; compile.large_packs).
+# with Intel's (PACKED_LARGE: a net whose dense matmuls are large; compile.large_packs), or
+# only for Intel's AVX-512 (PACKED_INTEL: large, and their dW summed over chunks of rows).
 PACKED = "// lmc: llvm-cpu packed matmuls"
 PACKED_AVX2 = "// lmc: llvm-cpu matmuls packed on AVX2-class targets"
 PACKED_LARGE = "// lmc: llvm-cpu matmuls packed on AVX2-class and Intel AVX-512 targets"
+PACKED_INTEL = "// lmc: llvm-cpu matmuls packed on Intel AVX-512 targets"
 # The forward FLOPs of a net's largest non-conv node from which it is PACKED_LARGE
 # (benchmarks/NOTES.md: on an Intel Xeon, tiny_gpt's 0.27-GFLOP MLP matmuls at batch 32 step 12%
 # slower packed, the same at batch 128 (1.07 GFLOP) 21% faster, vit_tiny@32²'s 1.23 GFLOP 16%).
@@ -551,14 +554,34 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
     at batch 128 −21%; at batch 32 +12%).  A net whose FLOPs are mostly convs is faster unpacked
     on all three (Zen 4 / Zen 4 held to AVX2: mobilenet_v2 −14% / −9%, efficientnet_b0 −2% / −6%,
     resnet18@32² +3% / −12%; an Intel Xeon: mnist_cnn −15%, cifar_cnn_bn −12%, resnet18@32² −9%,
-    mobilenet_v2 −14%, efficientnet_b0 −4%).  packed="on"|"off" (LowerOptions.packed,
-    LMC_PACKED at the command line) overrides: PACKED on every target, or no hint (A/B)."""
+    mobilenet_v2 −14%, efficientnet_b0 −4%).  A net whose largest dense matmul is a linear layer
+    over token streams that sums its dW over chunks of rows (lmc/prims/dense.py row_split) is
+    faster unpacked on AVX2 (an Intel Xeon held to AVX2: vit_tiny −6%, tiny_gpt −7%, at batch 128
+    −10%; an MLP's dense layers, split or not, still gain from packing there: mnist_mlp at batch
+    1,024 −7%), so it is packed only on Intel's AVX-512 (PACKED_INTEL) where it is large, else
+    not at all.  packed="on"|"off"
+    (LowerOptions.packed, LMC_PACKED at the command line) overrides: PACKED on every target, or
+    no hint (A/B)."""
     if packed != "auto":
         return PACKED if packed == "on" else None
     if mostly_convs(net):
         return None
-    big = max((n.flops for n in net.graph.nodes if not _is_conv(n)), default=0)
-    return PACKED_LARGE if big >= LARGE_MATMUL_FLOPS else PACKED_AVX2
+    big = max((n for n in net.graph.nodes if not _is_conv(n)), key=lambda n: n.flops, default=None)
+    if big is None:
+        return None
+    large = big.flops >= LARGE_MATMUL_FLOPS
+    if _token_rows_split(big):
+        return PACKED_INTEL if large else None
+    return PACKED_LARGE if large else PACKED_AVX2
+
+
+def _token_rows_split(n: Node) -> bool:
+    """Whether n is a linear layer over token streams ([B, T, K] or more axes) whose dW is summed
+    over chunks of rows."""
+    if n.prim.name != "linear" or n.inputs[0].type.rank < 3:
+        return False
+    k = n.params[0].type.dims[0]
+    return row_chunks(n.inputs[0].type.size // k) > 1
 
 
 def _is_conv(n: Node) -> bool:
