@@ -17,13 +17,19 @@ SPLIT_K_MIN = 768
 SPLIT_K_CHUNK = (64, 200)      # the chunk: the largest divisor of fan_in in this range
 
 
+def _chunks(n: int, at_least: int, span: tuple[int, int]) -> int:
+    """How many chunks of the largest size in `span` dividing n to split n into: 1 (none) below
+    `at_least` or where no size in `span` divides n."""
+    lo, hi = span
+    if n < at_least:
+        return 1
+    chunk = max((d for d in range(lo, hi + 1) if n % d == 0), default=None)
+    return 1 if chunk is None else n // chunk
+
+
 def k_chunks(k: int) -> int:
     """How many chunks dense's forward splits a contraction of k into (1: none)."""
-    lo, hi = SPLIT_K_CHUNK
-    if k < SPLIT_K_MIN:
-        return 1
-    chunk = max((d for d in range(lo, hi + 1) if k % d == 0), default=None)
-    return 1 if chunk is None else k // chunk
+    return _chunks(k, SPLIT_K_MIN, SPLIT_K_CHUNK)
 
 
 # rows (the batch, or batch × tokens) from which dW = xᵀ·dy, a contraction over the rows, is
@@ -36,11 +42,7 @@ SPLIT_ROWS_CHUNK = (128, 320)  # the chunk: the largest divisor of the row count
 
 def row_chunks(rows: int) -> int:
     """How many chunks a dW contraction over `rows` rows is split into (1: none)."""
-    lo, hi = SPLIT_ROWS_CHUNK
-    if rows < SPLIT_ROWS_MIN:
-        return 1
-    chunk = max((d for d in range(lo, hi + 1) if rows % d == 0), default=None)
-    return 1 if chunk is None else rows // chunk
+    return _chunks(rows, SPLIT_ROWS_MIN, SPLIT_ROWS_CHUNK)
 
 
 def row_split(rows: int, k: int, n: int) -> dict | None:
