@@ -111,10 +111,10 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
     # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (lowering.py
     # `_packed_matmuls`: PACKED, PACKED_AVX2 for a target without AVX-512, PACKED_LARGE for
     # one without AVX-512 or with Intel's (large_packs), PACKED_INTEL for Intel's AVX-512 alone
-    # — the target as the flags name it, extra
-    # flags included; benchmarks/NOTES.md) and always for train.bf16's
-    # bf16×bf16→f32 dots: only packed matmuls use AVX512-BF16's vdpbf16ps; without it IREE widens
-    # to f32 and is slower than f32 (vit_tiny step CPU −38% with it, benchmarks/bf16_forms.py).
+    # — the target as the flags name it, extra flags included; benchmarks/NOTES.md) and always
+    # for train.bf16's bf16×bf16→f32 dots: only packed matmuls use AVX512-BF16's vdpbf16ps;
+    # without it IREE widens to f32 and is slower than f32 (vit_tiny step CPU −38% with it,
+    # benchmarks/bf16_forms.py).
     # The global-opt path: --iree-opt-data-tiling fails on these modules ("large vector sizes").
     if b == "llvm-cpu" and text is not None and (
             "xbf16>" in text or f"\n{PACKED}\n" in text

@@ -559,9 +559,8 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
     faster unpacked on AVX2 (an Intel Xeon held to AVX2: vit_tiny −6%, tiny_gpt −7%, at batch 128
     −10%; an MLP's dense layers, split or not, still gain from packing there: mnist_mlp at batch
     1,024 −7%), so it is packed only on Intel's AVX-512 (PACKED_INTEL) where it is large, else
-    not at all.  packed="on"|"off"
-    (LowerOptions.packed, LMC_PACKED at the command line) overrides: PACKED on every target, or
-    no hint (A/B)."""
+    not at all.  packed="on"|"off" (LowerOptions.packed, LMC_PACKED at the command line)
+    overrides: PACKED on every target, or no hint (A/B)."""
     if packed != "auto":
         return PACKED if packed == "on" else None
     if mostly_convs(net):
