@@ -33,6 +33,7 @@ from lmc.compile import compile_module  # noqa: E402
 from lmc.graph.infer import infer  # noqa: E402
 from lmc.lower.lowering import abi, lower  # noqa: E402
 from lmc.lower.options import LowerOptions  # noqa: E402
+from lmc.run.runtime import TRANSIENTS_SIZE  # noqa: E402
 from lmc.train.masks import draw  # noqa: E402
 from lmc.spec.netspec import load_spec  # noqa: E402
 
@@ -110,7 +111,7 @@ def transients_size(vmfb, fn: str) -> int | None:
     import iree.runtime as rt
     instance = rt.VmInstance()          # held while the module is read (it must outlive it)
     module = rt.VmModule.mmap(instance, str(vmfb))
-    c = module.lookup_function(fn).reflection.get("iree.abi.transients.size.constant")
+    c = module.lookup_function(fn).reflection.get(TRANSIENTS_SIZE)
     del module
     return None if c is None else int(c)
 

@@ -235,10 +235,15 @@ class Module:
             return f
         if self._storage is None:
             self._storage = Transients(self)
-        return self._storage.bind(f, fn, f.vm_function.reflection.get("iree.abi.transients.size.constant"))
+        return self._storage.bind(f, fn, f.vm_function.reflection.get(TRANSIENTS_SIZE))
 
     def upload(self, a: np.ndarray):
         return self.rt.asdevicearray(self.device, np.ascontiguousarray(a))
+
+
+# the reflection entry of a function that takes its transient storage from the caller: its size
+# in bytes when the compiler folded it to a constant (IREE's `iree.abi.transients`)
+TRANSIENTS_SIZE = "iree.abi.transients.size.constant"
 
 
 class Transients:
