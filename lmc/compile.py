@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.core.fields import did_you_mean
-from lmc.lower.lowering import PACKED, PACKED_AVX2, PACKED_INTEL, PACKED_LARGE
+from lmc.lower.lowering import ASYNC, PACKED, PACKED_AVX2, PACKED_INTEL, PACKED_LARGE
 from lmc.lower.options import LowerOptions
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
@@ -107,6 +107,10 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
         out.append(f"--iree-rocm-target={c}")
         # gfx1100 fails to distribute full N-D→scalar reductions (losses) without this
         out.append("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false")
+    if text is not None and f"\n{ASYNC}\n" in text:
+        # the exported functions take a wait and a signal fence and return once their work is
+        # queued (IREE's coarse-fences ABI; LowerOptions.invocation, lmc/run/invoke.py)
+        out.append("--iree-execution-model=async-external")
     extra = shlex.split(os.environ.get("IREE_EXTRA_FLAGS", ""))
     # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (lowering.py
     # `_packed_matmuls`: PACKED, PACKED_AVX2 for a target without AVX-512, PACKED_LARGE for

@@ -336,7 +336,7 @@ def _snippet() -> str:
 
 
 @pytest.mark.iree
-def test_vmfb_package_runs_from_the_docs_snippet_without_lmc(ckpt, tmp_path):
+def test_vmfb_package_runs_from_the_docs_snippet_without_lmc(ckpt, tmp_path, monkeypatch):
     import json
     import subprocess
     from lmc.compile import compile_module
@@ -344,6 +344,8 @@ def test_vmfb_package_runs_from_the_docs_snippet_without_lmc(ckpt, tmp_path):
     from lmc.run.runtime import Module
     spec, net, path, params, state, ema = ckpt
     pkg = tmp_path / "digits_cnn.pkg"                     # the name the snippet loads
+    # the package keeps the blocking ABI the snippet calls, whatever lmc's own modules use
+    monkeypatch.setenv("LMC_INVOCATION", "async")
     r = run("export", spec, "--init", path, "--format", "vmfb", "--batch", "4", "--region", "live", "-o", pkg)
     assert r.exit_code == 0, r.output
     m = json.loads((pkg / "manifest.json").read_text())

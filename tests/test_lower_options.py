@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from lmc.cli import app
 from lmc.core.errors import LmcError
 from lmc.graph.infer import infer
-from lmc.lower.lowering import PACKED, lower
+from lmc.compile import flags
+from lmc.lower.lowering import ASYNC, PACKED, lower
 from lmc.lower.options import CHOICES, LowerOptions
 from lmc.spec.netspec import load_spec
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 RECIPE = DATA / "recipe.yaml"
 DEFAULTS = {"conv_form": "winograd", "bf16_form": "convert", "layout": "hbwc", "inplace": "on", "packed": "auto",
-            "split": "auto", "transients": "auto"}
+            "split": "auto", "transients": "auto", "invocation": "sync"}
 # a conv run that the layout pass keeps in HBWC (conv → conv), a dense head, a recipe
 CONVS = """\
 name: convs
@@ -57,13 +58,14 @@ def test_defaults_are_todays_and_describe_themselves():
     o = LowerOptions()
     assert o.as_dict() == DEFAULTS
     assert o.describe() == ("conv_form=winograd, bf16_form=convert, layout=hbwc, inplace=on, packed=auto, split=auto, "
-                            "transients=auto")
+                            "transients=auto, invocation=sync")
     # the compile cache's key: every option but split, which picks the texts, not how one compiles
     keyed = {k: v for k, v in DEFAULTS.items() if k != "split"}
     assert o.canonical() == json.dumps(keyed, sort_keys=True, separators=(",", ":"))
     assert LowerOptions(split="off").canonical() == o.canonical() != LowerOptions(packed="off").canonical()
-    assert o.hbwc and o.tie
+    assert o.hbwc and o.tie and not o.queued
     assert not LowerOptions(layout="nchw").hbwc and not LowerOptions(inplace="off").tie
+    assert LowerOptions(invocation="async").queued
     with pytest.raises(Exception):
         o.layout = "nchw"                               # frozen: one value for a whole lowering
 
@@ -71,10 +73,11 @@ def test_defaults_are_todays_and_describe_themselves():
 def test_from_env_reads_each_variable(no_lmc_env):
     assert LowerOptions.from_env() == LowerOptions()
     env = {"LMC_CONV_FORM": "direct", "LMC_BF16_FORM": "emulated", "LMC_LAYOUT": "nchw",
-           "LMC_INPLACE": "off", "LMC_PACKED": "on", "LMC_SPLIT": "off", "LMC_TRANSIENTS": "alloca"}
+           "LMC_INPLACE": "off", "LMC_PACKED": "on", "LMC_SPLIT": "off", "LMC_TRANSIENTS": "alloca",
+           "LMC_INVOCATION": "async"}
     assert LowerOptions.from_env(env).as_dict() == {"conv_form": "direct", "bf16_form": "emulated",
                                                     "layout": "nchw", "inplace": "off", "packed": "on",
-                                                    "split": "off", "transients": "alloca"}
+                                                    "split": "off", "transients": "alloca", "invocation": "async"}
     assert LowerOptions.from_env({"LMC_PACKED": "off"}) == LowerOptions(packed="off")
 
 
@@ -109,6 +112,10 @@ def test_each_option_reaches_the_text(no_lmc_env):
     assert nchw != base and nchw.count("stablehlo.transpose") > base.count("stablehlo.transpose")
     assert "iree.abi.output" in base and "iree.abi.output" not in lower(net, options=LowerOptions(inplace="off"))
     assert (PACKED in base) != (PACKED in lower(net, options=LowerOptions(packed="off" if PACKED in base else "on")))
+    queued = lower(net, options=LowerOptions(invocation="async"))
+    assert ASYNC not in base and ASYNC in queued
+    assert "--iree-execution-model=async-external" in flags("llvm-cpu", text=queued)
+    assert not any("execution-model" in f for f in flags("llvm-cpu", text=base))
     bf16 = infer(load_spec("c.yaml", text=CONVS.replace("use_adam: true", "use_adam: true, bf16: true")))
     assert "xbf16>" in lower(bf16) and "xbf16>" not in lower(bf16, options=LowerOptions(bf16_form="emulated"))
 

@@ -48,7 +48,8 @@ def write_package(net, w: Weights, out: Path, backend: str | None = None, chip: 
     if options.transients == "external":
         raise ExportError("LMC_TRANSIENTS=external: a vmfb package's @forward allocates its own intermediates "
                           "(the runtime snippet passes no storage buffer)", hint="unset LMC_TRANSIENTS for lmc export")
-    options = dataclasses.replace(options, transients="alloca")      # auto: the package's simple ABI
+    # the package's simple ABI: intermediates allocated by the call, which blocks until done
+    options = dataclasses.replace(options, transients="alloca", invocation="sync")
     out.mkdir(parents=True, exist_ok=True)
     c = compile_module(lower(net, "forward", backend=b, options=options), None, b, chip, options=options)
     log(f"{'cached' if c.cached else 'compiled'} @forward for {b} ({chip}) at batch {net.batch}")

@@ -72,6 +72,9 @@ PACKED = "// lmc: llvm-cpu packed matmuls"
 PACKED_AVX2 = "// lmc: llvm-cpu matmuls packed on AVX2-class targets"
 PACKED_LARGE = "// lmc: llvm-cpu matmuls packed on AVX2-class and Intel AVX-512 targets"
 PACKED_INTEL = "// lmc: llvm-cpu matmuls packed on Intel AVX-512 targets"
+# the exported functions queued, with fences (LowerOptions.invocation; lmc/compile.py's
+# --iree-execution-model=async-external, lmc/run/invoke.py)
+ASYNC = "// lmc: asynchronous calls"
 # The forward FLOPs of a net's largest non-conv node from which it is PACKED_LARGE
 # (benchmarks/NOTES.md: on an Intel Xeon, tiny_gpt's 0.27-GFLOP MLP matmuls at batch 32 step 12%
 # slower packed, the same at batch 128 (1.07 GFLOP) 21% faster, vit_tiny@32²'s 1.23 GFLOP 16%).
@@ -538,6 +541,8 @@ def _module(net: TypedNet, em: _Emitter, bodies: list[str], functions: str, opti
     hint = _packed_matmuls(net, options.packed)
     if hint and not (functions == "input_grad" and options.packed == "auto"):
         out.append(hint)            # lmc/compile.py: --iree-global-opt-data-tiling on llvm-cpu
+    if options.queued:
+        out.append(ASYNC)
     out.append("module @model {")
     out += [em.funcs[k] for k in em.funcs]
     out += bodies

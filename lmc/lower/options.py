@@ -26,7 +26,13 @@ callers and tests pass `LowerOptions(...)` or take the defaults, whatever the en
   live: in one storage buffer the caller passes and keeps between calls (IREE's
   `iree.abi.transients`: the runtime's Module appends it, lmc/run/runtime.py), or allocated by
   the function on every call; auto = external on llvm-cpu, whose runtime mallocs and zero-fills
-  every allocation over 64 MiB per call (benchmarks/NOTES.md, "Transient storage")."""
+  every allocation over 64 MiB per call (benchmarks/NOTES.md, "Transient storage");
+- invocation (LMC_INVOCATION): sync | async — IREE's calling convention for the exported
+  functions: a call blocks until its work is done, or returns once it is queued (fences;
+  lmc/run/invoke.py), so a training loop that reads its losses back every few steps keeps the
+  next step queued.  The same numbers either way.  sync stays the default: on llvm-cpu the host
+  and the "device" share the cores and queuing measured no faster (benchmarks/NOTES.md, "Steps
+  queued"); async is there for a GPU, not yet measured on one."""
 from __future__ import annotations
 
 import json
@@ -45,6 +51,7 @@ CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "packed": ("LMC_PACKED", ("auto", "on", "off")),
     "split": ("LMC_SPLIT", ("auto", "on", "off")),
     "transients": ("LMC_TRANSIENTS", ("auto", "external", "alloca")),
+    "invocation": ("LMC_INVOCATION", ("sync", "async")),
 }
 
 
@@ -66,6 +73,7 @@ class LowerOptions:
     packed: str = "auto"
     split: str = "auto"
     transients: str = "auto"
+    invocation: str = "sync"
 
     def __post_init__(self):
         # a value built in code is checked as strictly as one read from the environment: a typo
@@ -105,6 +113,11 @@ class LowerOptions:
     def external_transients(self, backend: str) -> bool:
         """The exported functions take their transient storage from the caller (`transients`)."""
         return self.transients == "external" or (self.transients == "auto" and backend == "llvm-cpu")
+
+    @property
+    def queued(self) -> bool:
+        """The exported functions are compiled with IREE's asynchronous ABI (`invocation`)."""
+        return self.invocation == "async"
 
     @property
     def tie(self) -> bool:

@@ -11,6 +11,7 @@ import numpy as np
 
 from lmc.compile import RUNTIME_DRIVER, task_workers_env
 from lmc.core.errors import RunError
+from lmc.run.invoke import COARSE_FENCES, AsyncFunction, Timeline
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4     # glibc <malloc.h>
@@ -194,6 +195,7 @@ class Module:
         except Exception as e:  # the runtime raises ValueError/RuntimeError variants per driver
             raise _no_device(name, e) from None
         self.device = self.config.device
+        self.timeline = Timeline(rt, self.device)     # the order of the async functions' calls
         self.vm_module = rt.VmModule.mmap(self.config.vm_instance, str(vmfb))
         self.ctx = rt.SystemContext(vm_modules=[self.vm_module], config=self.config)
         self.model = self.ctx.modules.model
@@ -223,19 +225,30 @@ class Module:
             ctx = self.rt.SystemContext(vm_modules=[self.rt.VmModule.mmap(self.config.vm_instance, vmfb)],
                                         config=self.config)
             self._contexts.append(ctx)
-            self._loaded[fn] = self._bound(ctx.modules.model, fn)
+            self._loaded[fn] = self._bound(ctx, fn)
             return self._loaded[fn]
-        self._loaded[fn] = self._bound(self.model, fn)
+        self._loaded[fn] = self._bound(self.ctx, fn)
         return self._loaded[fn]
 
-    def _bound(self, model, fn: str):
-        """model's function `fn`, with its transient storage appended where it takes one."""
-        f = model[fn]
-        if "iree.abi.transients.size" not in f.vm_function.reflection:
-            return f
-        if self._storage is None:
-            self._storage = Transients(self)
-        return self._storage.bind(f, fn, f.vm_function.reflection.get(TRANSIENTS_SIZE))
+    def _bound(self, ctx, fn: str):
+        """ctx's function `fn` as a callable: queued on this Module's timeline where it was
+        compiled asynchronous (lmc/run/invoke.py), with its transient storage appended where it
+        takes one."""
+        f = ctx.modules.model[fn]
+        refl = f.vm_function.reflection
+        extra = None
+        if "iree.abi.transients.size" in refl:
+            if self._storage is None:
+                self._storage = Transients(self)
+            extra = self._storage.bind(fn, refl.get(TRANSIENTS_SIZE))
+        if refl.get("iree.abi.model") == COARSE_FENCES:
+            return AsyncFunction(self, ctx.vm_context, f.vm_function, extra)
+        return f if extra is None else (lambda *args: f(*args, *extra()))
+
+    def sync(self):
+        """Wait until every call made so far is done (a timing's end; host reads wait by
+        themselves)."""
+        self.timeline.drain()
 
     def upload(self, a: np.ndarray):
         return self.rt.asdevicearray(self.device, np.ascontiguousarray(a))
@@ -250,9 +263,10 @@ class Transients:
     """The transient storage of a Module's functions (the lowering's `with_transients`: the
     last argument, `iree.abi.transients`): one device buffer, grown to the largest size a call
     asks for and passed to every call, so no call allocates (or, on llvm-cpu, mallocs and
-    zero-fills) its intermediates.  One buffer serves all of the Module's functions: lmc calls
-    them one at a time, and a call returns when its work is done (IREE's synchronous ABI); its
-    results are allocations of their own, never views into the storage."""
+    zero-fills) its intermediates.  One buffer serves all of the Module's functions: the device
+    runs their calls one at a time (a synchronous call returns when its work is done; the
+    asynchronous ones are queued in order on the Module's timeline); their results are
+    allocations of their own, never views into the storage."""
 
     def __init__(self, module: "Module"):
         self.m = module
@@ -261,6 +275,7 @@ class Transients:
 
     def storage(self, nbytes: int):
         if self.view is None or nbytes > self.nbytes:
+            self.m.timeline.drain()                 # no queued call still uses the old buffer
             rt, self.nbytes = self.m.rt, max(nbytes, 1)
             self.view = None                        # the old buffer is freed before the larger one
             buf = self.m.device.allocator.allocate_buffer(
@@ -269,14 +284,15 @@ class Transients:
             self.view = rt.HalBufferView(buf, [self.nbytes], rt.HalElementType.UINT_8)
         return self.view
 
-    def bind(self, f, name: str, constant: str | None):
-        """f with the storage appended, of the size the compiler worked out (lmc's shapes are
-        static, so IREE folds it to a constant)."""
+    def bind(self, name: str, constant: str | None):
+        """@name's storage argument, as a callable giving the one-element list to append: of
+        the size the compiler worked out (lmc's shapes are static, so IREE folds it to a
+        constant)."""
         if constant is None:
             raise RunError(f"@{name} takes transient storage of a size known only at run time, which lmc "
                            "does not provide", hint="LMC_TRANSIENTS=alloca compiles it to allocate its own")
         n = int(constant)
-        return lambda *args: f(*args, self.storage(n))
+        return lambda: [self.storage(n)]
 
 
 class HalvesCall:

@@ -71,13 +71,17 @@ def sgemm_peak_gflops(n: int = 4096, reps: int = 3) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0, a=None):
+def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0, a=None, queued: bool = False):
     """One train step of `m` as a zero-argument callable, state device-resident exactly as
     `lmc train` runs it: each step's outputs are the next step's inputs, the batch and one hp
     vector per step are uploaded beforehand, and the call waits for the step by reading back
-    the loss.  Returns (step, holder); holder["args"] is the current argument list and
-    holder["loss"] the last step's loss (a float).  a: the module's ABI (default abi(net): one
-    @train_step; an Abi.halves one runs the two halves, as `lmc train` does)."""
+    the loss.  queued: the call reads back the previous step's loss instead, after queuing its
+    own (a module compiled with LowerOptions.invocation async: `lmc train` reads its losses
+    back every few steps, so the next step is queued when one ends); `step.finish()` waits for
+    the last one (the end of a timed block).  Returns (step, holder); holder["args"] is the
+    current argument list and holder["loss"] the last loss read (a float).  a: the module's ABI
+    (default abi(net): one @train_step; an Abi.halves one runs the two halves, as `lmc train`
+    does)."""
     ps, opt, st, x, y = _initial(net, np.random.default_rng(seed))
     up = m.upload
     state = [up(v) for v in ps + opt + st]
@@ -90,14 +94,21 @@ def stepper(net: TypedNet, m: Module, lr: float = 1e-4, seed: int = 0, a=None):
     hps = [up(a.hp_vector(net.spec.train, lr, s + 1)) for s in range(64)]
     data = [up(x), up(y)]
     masks = [up(mk) for mk in draw(a.masks, net.spec.train, seed, 0, 0)]     # dropout / drop path: one draw
-    holder = {"args": state + data + [hps[0]] + masks, "t": 0, "loss": None}
+    holder = {"args": state + data + [hps[0]] + masks, "t": 0, "loss": None, "pending": None}
+
+    def finish():
+        if holder["pending"] is not None:       # waits for that step (reads back one scalar)
+            holder["loss"], holder["pending"] = float(np.asarray(holder["pending"])), None
 
     def step():
-        args = holder["args"]
-        out = train_step(*args)
-        holder["loss"] = float(np.asarray(out[-2]))     # waits for the step (reads back one scalar)
+        out = train_step(*holder["args"])
         holder["t"] += 1
         holder["args"] = list(out[:n_state]) + data + [hps[holder["t"] % len(hps)]] + masks
+        finish()                                # the previous step's, if one is pending
+        holder["pending"] = out[-2]
+        if not queued:
+            finish()
+    step.finish = finish
     return step, holder
 
 
@@ -148,11 +159,13 @@ def bench(net: TypedNet, backend: str | None = None, chip: str | None = None, st
     except RunError as e:             # no such device here: the compile numbers still stand
         raise DeviceMissing(e.message, hint=e.hint, partial=compiled) from None
     load_s = time.perf_counter() - t0
-    step, state = stepper(net, m, a=a)
+    step, state = stepper(net, m, a=a, queued=options.queued)
     times = []
     for s in range(warmup + steps):
         t0 = time.perf_counter()
         step()
+        if s == warmup + steps - 1:
+            step.finish()                   # the last step's wait is the last step's time
         dt = time.perf_counter() - t0
         if s >= warmup:
             times.append(dt)
