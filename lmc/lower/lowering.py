@@ -42,11 +42,12 @@ from __future__ import annotations
 
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from lmc.lower import inplace
+from lmc.lower.compile_cost import compile_seconds
 from lmc.spec.config import effective_loss
 from lmc.core.errors import SpecError, UsageError
 from lmc.graph.ir import Node
@@ -200,9 +201,10 @@ def abi(net: TypedNet, world: int = 1, overlap: bool = False, halves: str = "off
                              hint="LMC_SPLIT=auto splits where it can")
     else:
         cut, late = 0, frozenset()
-    return Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
-               t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
-               list(t.graph.masks), world, cut, late)
+    a = Abi(net.params, _opt_layout(net, optimizers), list(net.params) if cfg.use_ema else [], net.state,
+            t.input, loss.labels(out), out, tuple(hp), loss, optimizers, head, k, no_decay, used,
+            list(t.graph.masks), world, cut, late)
+    return balanced_halves(net, t, a) if a.halves else a
 
 
 # The backward's cut for data-parallel ranks (benchmarks/NOTES.md, "Data-parallel overlap"):
@@ -245,11 +247,11 @@ def backward_cut(t: TypedNet) -> tuple[int, frozenset]:
 # one inlined function, LLVM's serialisation of one module: benchmarks/NOTES.md), so two modules
 # of about half the program each finish in about half the time on two cores.  @train_late holds
 # the forward, the loss, the late layers' backward and their parameters' update; @train_early
-# the early layers' backward and update.  HALVES_AT: the share of the train graph's nodes whose
-# backward @train_early holds (the forward is all in @train_late, so a balanced pair gives the
-# early module more than half of the backward; measured: mobilenet_v2 at 0.7 / 0.75 / 0.8 / 0.9
-# waits 21.9 / 21.0 / 20.7 / 23.8 s, and a cut that balances the distinct nodes of each half
-# was closer on four nets but 46% slower on convnext_tiny: benchmarks/NOTES.md).  LMC_SPLIT=auto
+# the early layers' backward and update.  Where to cut (`halves_cut`): so that the two modules'
+# cold compiles, modelled from their texts (lmc/lower/compile_cost.py), take about as long.
+# The forward is all in @train_late, so a balanced pair gives @train_early more than half of
+# the backward: HALVES_AT of the train graph's nodes on most nets, 0.61–0.74 on the nets
+# measured (benchmarks/NOTES.md, "Where to cut, modelled").  LMC_SPLIT=auto
 # splits a net of at least SPLIT_MIN_NODES train-graph nodes (a shallower one compiles in
 # seconds anyway) whose step computes at least SPLIT_MIN_FLOPS (3× the forward's,
 # bench.train_step_flops): the second call and its carried values cost a step about 0.5 ms
@@ -257,7 +259,9 @@ def backward_cut(t: TypedNet) -> tuple[int, frozenset]:
 # (`mostly_convs`): the conv nets measured step 0–7% faster split, vit_tiny 5% slower (the
 # attention's saved residuals handed from one module to the other), so a transformer keeps
 # one module unless LMC_SPLIT=on.
-HALVES_AT = 0.75
+HALVES_AT = 0.75              # the first cut tried, as a share of the train graph's nodes
+HALVES_PROBE = 0.1            # the second: this much lower or higher, toward the lighter half
+HALVES_RANGE = (0.5, 0.9)     # the shares a cut is taken from
 SPLIT_MIN_NODES = 60
 SPLIT_MIN_FLOPS = 4e9
 
@@ -286,15 +290,50 @@ def split_rule(net: TypedNet, t: TypedNet, mode: str, world: int = 1, accum: int
                             and mostly_convs(t))
 
 
-def halves_cut(t: TypedNet) -> tuple[int, frozenset]:
+def halves_cut(t: TypedNet, share: float = HALVES_AT) -> tuple[int, frozenset]:
     """(k, late) for Abi.halves: @train_early takes the backward of the train graph's nodes
-    before k (HALVES_AT of them), @train_late the rest and the params no node before k reads."""
+    before k (`share` of them), @train_late the rest and the params no node before k reads;
+    (0, ∅) where a half would have no parameter to update."""
     n = len(t.graph.nodes)
-    k = min(max(1, round(n * HALVES_AT)), n - 1) if n > 1 else 0
+    k = min(max(1, round(n * share)), n - 1) if n > 1 else 0
     late = late_after(t, k) if k else frozenset()
     if not late or len(late) == len(t.graph.params):       # a half with nothing to update
         return 0, frozenset()
     return k, late
+
+
+_BALANCED: dict[int, tuple] = {}     # id(net) → (a weak reference to it, the cut chosen)
+
+
+def balanced_halves(net: TypedNet, t: TypedNet, a: "Abi") -> "Abi":
+    """`a` (cut at HALVES_AT) with the cut whose slower module compiles fastest, as the text
+    model (lmc/lower/compile_cost.py) has it: the halves lowered at HALVES_AT, then HALVES_PROBE
+    toward the lighter half, then where the line through the two gives equal times (within
+    HALVES_RANGE); the best of the three.  Three lowerings (0.3–1.1 s on the reference nets,
+    in-place ties off: they do not change what compiles), once per net and process."""
+    import weakref
+    hit = _BALANCED.get(id(net))
+    if hit is not None and hit[0]() is net:
+        return replace(a, cut=hit[1][0], late=hit[1][1])
+    tried: dict[int, tuple] = {}             # k → (late, slower half's seconds, late − early)
+
+    def at(share: float) -> float:
+        k, late = halves_cut(t, min(max(share, HALVES_RANGE[0]), HALVES_RANGE[1]))
+        if k and k not in tried:
+            texts = lower_train(net, replace(a, cut=k, late=late), options=LowerOptions(inplace="off"))
+            sl, se = (compile_seconds(x) for x in texts)           # @train_late's module first
+            tried[k] = (late, max(sl, se), sl - se)
+        return tried[k][2] if k else 0.0
+    d0 = at(HALVES_AT)
+    probe = HALVES_AT - HALVES_PROBE if d0 < 0 else HALVES_AT + HALVES_PROBE
+    d1 = at(probe)
+    if d0 != d1:
+        at(HALVES_AT + (probe - HALVES_AT) * d0 / (d0 - d1))
+    if tried:
+        k = min(tried, key=lambda j: (tried[j][1], j))
+        a = replace(a, cut=k, late=tried[k][0])
+    _BALANCED[id(net)] = (weakref.ref(net), (a.cut, a.late))
+    return a
 
 
 def late_after(t: TypedNet, k: int) -> frozenset:
