@@ -247,11 +247,11 @@ def backward_cut(t: TypedNet) -> tuple[int, frozenset]:
 # one inlined function, LLVM's serialisation of one module: benchmarks/NOTES.md), so two modules
 # of about half the program each finish in about half the time on two cores.  @train_late holds
 # the forward, the loss, the late layers' backward and their parameters' update; @train_early
-# the early layers' backward and update.  Where to cut (`halves_cut`): so that the two modules'
+# the early layers' backward and update.  Where to cut (`balanced_halves`): so that the two modules'
 # cold compiles, modelled from their texts (lmc/lower/compile_cost.py), take about as long.
 # The forward is all in @train_late, so a balanced pair gives @train_early more than half of
-# the backward: HALVES_AT of the train graph's nodes on most nets, 0.61–0.74 on the nets
-# measured (benchmarks/NOTES.md, "Where to cut, modelled").  LMC_SPLIT=auto
+# the backward: 0.61–0.75 of the train graph's nodes on the reference nets (benchmarks/NOTES.md,
+# "Where to cut, modelled").  LMC_SPLIT=auto
 # splits a net of at least SPLIT_MIN_NODES train-graph nodes (a shallower one compiles in
 # seconds anyway) whose step computes at least SPLIT_MIN_FLOPS (3× the forward's,
 # bench.train_step_flops): the second call and its carried values cost a step about 0.5 ms
