@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.core.fields import did_you_mean
-from lmc.lower.lowering import ASYNC, PACKED, PACKED_AVX2, PACKED_INTEL, PACKED_LARGE
+from lmc.lower.lowering import ASYNC, PACKED, PACKED_DENSE, PACKED_INTEL
 from lmc.lower.options import LowerOptions
 
 BACKENDS = ("llvm-cpu", "cuda", "rocm")
@@ -113,8 +113,8 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
         out.append("--iree-execution-model=async-external")
     extra = shlex.split(os.environ.get("IREE_EXTRA_FLAGS", ""))
     # Packed (mmt4d, data-tiled) matmuls where the lowering asks for them (lowering.py
-    # `_packed_matmuls`: PACKED, PACKED_AVX2 for a target without AVX-512, PACKED_LARGE for
-    # one without AVX-512 or with Intel's (large_packs), PACKED_INTEL for Intel's AVX-512 alone
+    # `_packed_matmuls`: PACKED, PACKED_DENSE for a target without AVX-512 or with Intel's
+    # (dense_packs), PACKED_INTEL for Intel's AVX-512 alone
     # — the target as the flags name it, extra flags included; benchmarks/NOTES.md) and always
     # for train.bf16's bf16×bf16→f32 dots: only packed matmuls use AVX512-BF16's vdpbf16ps;
     # without it IREE widens to f32 and is slower than f32 (vit_tiny step CPU −38% with it,
@@ -122,9 +122,8 @@ def flags(backend: str | None = None, chip: str | None = None, text: str | None 
     # The global-opt path: --iree-opt-data-tiling fails on these modules ("large vector sizes").
     if b == "llvm-cpu" and text is not None and (
             "xbf16>" in text or f"\n{PACKED}\n" in text
-            or (f"\n{PACKED_AVX2}\n" in text and not target_has_avx512(out + extra))
-            or (f"\n{PACKED_LARGE}\n" in text and large_packs(out + extra))
-            or (f"\n{PACKED_INTEL}\n" in text and target_has_avx512(out + extra) and large_packs(out + extra))):
+            or (f"\n{PACKED_DENSE}\n" in text and dense_packs(out + extra))
+            or (f"\n{PACKED_INTEL}\n" in text and target_has_avx512(out + extra) and dense_packs(out + extra))):
         out.append("--iree-global-opt-data-tiling")
     return out + extra
 
@@ -190,11 +189,11 @@ def target_has_avx512(fl: list[str]) -> bool:
 _INTEL_AVX512_CPUS = _AVX512_CPUS - {"znver4", "znver5", "x86-64-v4"}
 
 
-def large_packs(fl: list[str]) -> bool:
-    """Whether the target that flags `fl` name runs large dense matmuls faster packed (mmt4d)
-    than as IREE's plain matmul codegen (benchmarks/NOTES.md, measured per class): without
-    AVX-512 (AVX2's 8×8 tiles) and on Intel's AVX-512 cores (an Intel Xeon: vit_tiny −16%), not
-    on AMD's (Zen 4: vit_tiny +2% CPU)."""
+def dense_packs(fl: list[str]) -> bool:
+    """Whether the target that flags `fl` name runs dense matmuls faster packed (mmt4d) than as
+    IREE's plain matmul codegen (benchmarks/NOTES.md, measured per class): without AVX-512
+    (AVX2's 8×8 tiles) and on Intel's AVX-512 cores (an Intel Xeon: vit_tiny −16%, mnist_mlp
+    −17%), not on AMD's (Zen 4: vit_tiny +2% CPU, mnist_mlp +10…+14%)."""
     if not target_has_avx512(fl):
         return True
     cpu = _last(fl, "--iree-llvmcpu-target-cpu") or "host"

@@ -256,26 +256,25 @@ def test_resnet18_cross_compiles_for_cuda(tmp_path):
 
 def test_packed_matmul_hint_follows_the_net_and_the_target(monkeypatch):
     # lower marks a net whose FLOPs are mostly dense/attention for packed (data-tiled) matmuls on
-    # targets without AVX-512 (and on Intel's AVX-512 where its dense matmuls are large); a
-    # token-stream net whose largest linear layer sums its dW over chunks of rows only on Intel's
-    # AVX-512 where large, else not at all; a conv net not at all; compile.flags turns the mark
-    # into the llvm-cpu flag (only there) by the target the flags name; LMC_PACKED wins
+    # targets without AVX-512 and on Intel's AVX-512; a token-stream net whose largest linear
+    # layer sums its dW over chunks of rows only on Intel's AVX-512 where large, else not at all;
+    # a conv net not at all; compile.flags turns the mark into the llvm-cpu flag (only there) by
+    # the target the flags name; LMC_PACKED wins
     import lmc.compile as c
-    from lmc.compile import PACKED, PACKED_AVX2, PACKED_INTEL, PACKED_LARGE, flags, target_has_avx512
+    from lmc.compile import PACKED, PACKED_DENSE, PACKED_INTEL, flags, target_has_avx512
     from lmc.graph.infer import infer
     from lmc.lower.lowering import lower
     from lmc.spec.netspec import load_spec
     root = Path(__file__).resolve().parent.parent / "specs"
-    hints = (PACKED, PACKED_AVX2, PACKED_LARGE, PACKED_INTEL)
+    hints = (PACKED, PACKED_DENSE, PACKED_INTEL)
     mlp = lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward")
     gpt = lower(infer(load_spec(root / "tiny_gpt.yaml")), "forward")
     cnn = lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward")
     small = lower(infer(load_spec(root / "resnet18.yaml", ["input.height=32", "input.width=32"])), "forward")
     big = lower(infer(load_spec(root / "mnist_mlp.yaml", ["train.batch_size=1024"])), "forward")
     tokens = lower(infer(load_spec(root / "tiny_gpt.yaml", ["train.batch_size=128"])), "forward")
-    assert PACKED_AVX2 in mlp.splitlines()[:2]
-    assert PACKED_LARGE in big.splitlines()[:2] and PACKED_AVX2 not in big
-    assert PACKED_INTEL in tokens.splitlines()[:2] and PACKED_LARGE not in tokens
+    assert PACKED_DENSE in mlp.splitlines()[:2] and PACKED_DENSE in big.splitlines()[:2]
+    assert PACKED_INTEL in tokens.splitlines()[:2] and PACKED_DENSE not in tokens
     assert not any(h in text for h in hints for text in (cnn, small, gpt))
     tiling = "--iree-global-opt-data-tiling"
     monkeypatch.setenv("IREE_EXTRA_FLAGS", "--iree-llvmcpu-target-cpu=znver3")
@@ -284,15 +283,14 @@ def test_packed_matmul_hint_follows_the_net_and_the_target(monkeypatch):
     assert tiling in flags("llvm-cpu", None, big) and tiling not in flags("llvm-cpu", None, tokens)
     for cpu, packs in (("znver4", False), ("x86-64-v4", False), ("sapphirerapids", True), ("icelake-server", True)):
         monkeypatch.setenv("IREE_EXTRA_FLAGS", f"--iree-llvmcpu-target-cpu={cpu}")
-        assert (tiling in flags("llvm-cpu", None, big)) == packs, cpu
-        assert (tiling in flags("llvm-cpu", None, tokens)) == packs, cpu
-        assert tiling not in flags("llvm-cpu", None, mlp) and tiling not in flags("llvm-cpu", None, cnn), cpu
+        for text in (mlp, big, tokens):
+            assert (tiling in flags("llvm-cpu", None, text)) == packs, cpu
+        assert tiling not in flags("llvm-cpu", None, cnn), cpu
     monkeypatch.delenv("IREE_EXTRA_FLAGS")
     for vendor, packs in (("AuthenticAMD", False), ("GenuineIntel", True)):   # host: the CPU's vendor
         monkeypatch.setattr(c, "_cpuinfo_first", lambda keys, v=vendor: {"vendor_id": v, "flags": "fpu avx512f"})
-        assert (tiling in flags("llvm-cpu", None, big)) == packs, vendor
-        assert (tiling in flags("llvm-cpu", None, tokens)) == packs, vendor
-        assert tiling not in flags("llvm-cpu", None, mlp), vendor
+        for text in (mlp, big, tokens):
+            assert (tiling in flags("llvm-cpu", None, text)) == packs, vendor
     monkeypatch.setattr(c, "_cpuinfo_first", lambda keys: {"vendor_id": "GenuineIntel", "flags": "fpu avx2"})
     assert tiling in flags("llvm-cpu", None, mlp) and tiling in flags("llvm-cpu", None, big)
     assert tiling not in flags("llvm-cpu", None, tokens)
@@ -307,7 +305,7 @@ def test_packed_matmul_hint_follows_the_net_and_the_target(monkeypatch):
     assert "--iree-llvmcpu-number-of-threads=3" in flags("llvm-cpu", None, mlp)
     assert not any("number-of-threads" in f for f in flags("cuda", None, mlp))
     off = lower(infer(load_spec(root / "mnist_mlp.yaml")), "forward", options=LowerOptions(packed="off"))
-    assert PACKED not in off and PACKED_AVX2 not in off
+    assert PACKED not in off and PACKED_DENSE not in off
     on = lower(infer(load_spec(root / "mnist_cnn.yaml")), "forward", options=LowerOptions(packed="on"))
     assert PACKED in on.splitlines()[:2] and tiling in flags("llvm-cpu", None, on)
 

@@ -66,19 +66,19 @@ from lmc.prims.dense import row_chunks
 
 # The lowering's hints to the compiler (a comment line of the module, `_packed_matmuls`): on
 # llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py) — always
-# (PACKED), or only for a target without AVX-512 (PACKED_AVX2), or for one without AVX-512 or
-# with Intel's (PACKED_LARGE: a net whose dense matmuls are large; compile.large_packs), or
-# only for Intel's AVX-512 (PACKED_INTEL: large, and their dW summed over chunks of rows).
+# (PACKED), or for a target without AVX-512 or with Intel's (PACKED_DENSE: a net whose FLOPs are
+# mostly dense layers; compile.dense_packs), or only for Intel's AVX-512 (PACKED_INTEL: large
+# linear layers over token streams, their dW summed over chunks of rows).
 PACKED = "// lmc: llvm-cpu packed matmuls"
-PACKED_AVX2 = "// lmc: llvm-cpu matmuls packed on AVX2-class targets"
-PACKED_LARGE = "// lmc: llvm-cpu matmuls packed on AVX2-class and Intel AVX-512 targets"
+PACKED_DENSE = "// lmc: llvm-cpu matmuls packed on AVX2-class and Intel AVX-512 targets"
 PACKED_INTEL = "// lmc: llvm-cpu matmuls packed on Intel AVX-512 targets"
 # the exported functions queued, with fences (LowerOptions.invocation; lmc/compile.py's
 # --iree-execution-model=async-external, lmc/run/invoke.py)
 ASYNC = "// lmc: asynchronous calls"
-# The forward FLOPs of a net's largest non-conv node from which it is PACKED_LARGE
+# The forward FLOPs of a token-stream net's largest linear layer from which it is PACKED_INTEL
 # (benchmarks/NOTES.md: on an Intel Xeon, tiny_gpt's 0.27-GFLOP MLP matmuls at batch 32 step 12%
-# slower packed, the same at batch 128 (1.07 GFLOP) 21% faster, vit_tiny@32²'s 1.23 GFLOP 16%).
+# slower packed before their dW was split in rows, the same at batch 128 (1.07 GFLOP) 21%
+# faster, vit_tiny@32²'s 1.23 GFLOP 16%; after the split, tiny_gpt b32 steps the same either way).
 LARGE_MATMUL_FLOPS = 5e8
 
 SCALAR = "tensor<f32>"
@@ -593,9 +593,9 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
     """The packing hint for llvm-cpu (benchmarks/NOTES.md, "Packed matmuls by instruction set"):
     packed (mmt4d) matmuls pay only for nets whose matmul FLOPs are mostly in dense/attention
     layers, and only on targets without AVX-512 (AVX2: mnist_mlp −10…−17%, tiny_gpt −7%,
-    vit_tiny −7%; with AMD's AVX-512 they cost mnist_mlp +10…+14% and tiny_gpt +7%) or, for a
-    net whose largest dense matmul has LARGE_MATMUL_FLOPS, with Intel's (vit_tiny −16%, tiny_gpt
-    at batch 128 −21%; at batch 32 +12%).  A net whose FLOPs are mostly convs is faster unpacked
+    vit_tiny −7%; with AMD's AVX-512 they cost mnist_mlp +10…+14% and tiny_gpt +7%) or with
+    Intel's (vit_tiny −16%, tiny_gpt at batch 128 −21%, mnist_mlp −17%: PACKED_DENSE).  A net
+    whose FLOPs are mostly convs is faster unpacked
     on all three (Zen 4 / Zen 4 held to AVX2: mobilenet_v2 −14% / −9%, efficientnet_b0 −2% / −6%,
     resnet18@32² +3% / −12%; an Intel Xeon: mnist_cnn −15%, cifar_cnn_bn −12%, resnet18@32² −9%,
     mobilenet_v2 −14%, efficientnet_b0 −4%).  A net whose largest dense matmul is a linear layer
@@ -612,10 +612,9 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
     big = max((n for n in net.graph.nodes if not _is_conv(n)), key=lambda n: n.flops, default=None)
     if big is None:
         return None
-    large = big.flops >= LARGE_MATMUL_FLOPS
     if _token_rows_split(big):
-        return PACKED_INTEL if large else None
-    return PACKED_LARGE if large else PACKED_AVX2
+        return PACKED_INTEL if big.flops >= LARGE_MATMUL_FLOPS else None
+    return PACKED_DENSE
 
 
 def _token_rows_split(n: Node) -> bool:
