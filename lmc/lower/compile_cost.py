@@ -1,5 +1,6 @@
-"""A model of iree-compile's cold compile time of one module, from its text: what `halves_cut`
-(lowering.py) balances when it cuts a train step into two modules compiled side by side.
+"""A model of iree-compile's cold compile time of one module, from its text: what
+`balanced_halves` (lowering.py) balances when it cuts a train step into two modules compiled
+side by side.
 
     seconds ≈ PER_OP · ops + PER_KB · kilobytes + a constant
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 
 import re
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -309,9 +310,8 @@ def balanced_halves(net: TypedNet, t: TypedNet, a: "Abi") -> "Abi":
     """`a` (cut at HALVES_AT) with the cut whose slower module compiles fastest, as the text
     model (lmc/lower/compile_cost.py) has it: the halves lowered at HALVES_AT, then HALVES_PROBE
     toward the lighter half, then where the line through the two gives equal times (within
-    HALVES_RANGE); the best of the three.  Three lowerings (0.3–1.1 s on the reference nets,
+    HALVES_RANGE); the best of the three.  Three lowerings (0.3–1.3 s on the reference nets,
     in-place ties off: they do not change what compiles), once per net and process."""
-    import weakref
     hit = _BALANCED.get(id(net))
     if hit is not None and hit[0]() is net:
         return replace(a, cut=hit[1][0], late=hit[1][1])
@@ -333,6 +333,7 @@ def balanced_halves(net: TypedNet, t: TypedNet, a: "Abi") -> "Abi":
         k = min(tried, key=lambda j: (tried[j][1], j))
         a = replace(a, cut=k, late=tried[k][0])
     _BALANCED[id(net)] = (weakref.ref(net), (a.cut, a.late))
+    weakref.finalize(net, _BALANCED.pop, id(net), None)
     return a
 
 

@@ -5,8 +5,9 @@ Such a function takes two fences after its arguments, one to wait on and one to 
 call returns as soon as its work is queued, and its results are buffers that are valid once the
 signal fence is reached.  With the synchronous ABI every call blocks until its work is done, so
 the device sits idle while Python takes the result, builds the next batch and makes the next
-call; queued, the next step is already waiting when one ends (mnist_mlp b128:
-benchmarks/NOTES.md, "Steps queued").
+call; queued, the next step is already waiting when one ends.  On llvm-cpu, where the host
+shares the cores with the runtime's workers, that measured no faster (benchmarks/NOTES.md,
+"Steps queued"); it is meant for a GPU.
 
 Every function of one `runtime.Module` (and of the modules it loads later) runs on one
 timeline: call k waits for value k − 1 of one semaphore and signals k.  So the device runs the
