@@ -97,7 +97,7 @@ def test_calls_in_flight_are_bounded():
     for _ in range(6):
         step()
         assert m.timeline.value - m.timeline.done <= invoke.DEPTH
-    m.sync()
+    m.timeline.drain()
     assert m.timeline.done == m.timeline.value == 6
 
 

@@ -63,7 +63,6 @@ from lmc.lower.options import LowerOptions
 from lmc.lower.spectral import capped, context
 from lmc.prims import make_prim
 from lmc.prims.axes import TO_HBWC, TO_NCHW, physical
-from lmc.prims.dense import row_chunks
 
 # The lowering's hints to the compiler (a comment line of the module, `_packed_matmuls`): on
 # llvm-cpu, compile it with packed (data-tiled, mmt4d) matmuls (lmc/compile.py) — always
@@ -303,7 +302,7 @@ def halves_cut(t: TypedNet, share: float = HALVES_AT) -> tuple[int, frozenset]:
     return k, late
 
 
-_BALANCED: dict[int, tuple] = {}     # id(net) → (a weak reference to it, the cut chosen)
+_BALANCED: dict[int, tuple] = {}     # id(net) → the cut chosen (dropped when the net is freed)
 
 
 def balanced_halves(net: TypedNet, t: TypedNet, a: "Abi") -> "Abi":
@@ -313,8 +312,8 @@ def balanced_halves(net: TypedNet, t: TypedNet, a: "Abi") -> "Abi":
     HALVES_RANGE); the best of the three.  Three lowerings (0.3–1.3 s on the reference nets,
     in-place ties off: they do not change what compiles), once per net and process."""
     hit = _BALANCED.get(id(net))
-    if hit is not None and hit[0]() is net:
-        return replace(a, cut=hit[1][0], late=hit[1][1])
+    if hit is not None:
+        return replace(a, cut=hit[0], late=hit[1])
     tried: dict[int, tuple] = {}             # k → (late, slower half's seconds, late − early)
 
     def at(share: float) -> float:
@@ -332,8 +331,8 @@ def balanced_halves(net: TypedNet, t: TypedNet, a: "Abi") -> "Abi":
     if tried:
         k = min(tried, key=lambda j: (tried[j][1], j))
         a = replace(a, cut=k, late=tried[k][0])
-    _BALANCED[id(net)] = (weakref.ref(net), (a.cut, a.late))
-    weakref.finalize(net, _BALANCED.pop, id(net), None)
+    _BALANCED[id(net)] = (a.cut, a.late)
+    weakref.finalize(net, _BALANCED.pop, id(net), None)      # before its id can be reused
     return a
 
 
@@ -620,11 +619,11 @@ def _packed_matmuls(net: TypedNet, packed: str = "auto") -> str | None:
 
 def _token_rows_split(n: Node) -> bool:
     """Whether n is a linear layer over token streams ([B, T, K] or more axes) whose dW is summed
-    over chunks of rows."""
+    over chunks of rows (its render context's `dw_split`, as the template reads it)."""
     if n.prim.name != "linear" or n.inputs[0].type.rank < 3:
         return False
-    k = n.params[0].type.dims[0]
-    return row_chunks(n.inputs[0].type.size // k) > 1
+    ctx = n.prim.context([v.type for v in n.inputs], [p.type for p in n.params], n.out.type)
+    return ctx["dw_split"] is not None
 
 
 def _is_conv(n: Node) -> bool:

@@ -245,11 +245,6 @@ class Module:
             return AsyncFunction(self, ctx.vm_context, f.vm_function, extra)
         return f if extra is None else (lambda *args: f(*args, *extra()))
 
-    def sync(self):
-        """Wait until every call made so far is done (a timing's end; host reads wait by
-        themselves)."""
-        self.timeline.drain()
-
     def upload(self, a: np.ndarray):
         return self.rt.asdevicearray(self.device, np.ascontiguousarray(a))
 
