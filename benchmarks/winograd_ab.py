@@ -31,6 +31,9 @@ Each candidate is a standalone `module @model` with one function
              concatenates); f<m>/dot (the default): output transform by the constant Aᵀ⊗Aᵀ matrix,
              f<m>/bcast2: separable like the input.  Parts, timed alone on given inputs:
              f<m>.in (x → V), f<m>.mm (V, U → M), f<m>[/bcast2].out (M → y)
+  f4x<k>     f4/bcast2 in k batch chunks, one after another: x sliced along its batch, each
+             chunk's conv a call of the same function, the outputs concatenated (each chunk's
+             transforms stay in cache; benchmarks/NOTES.md, "Winograd in batch chunks")
 Numerics are checked against a float64 numpy direct conv (max |y − ref| / max |ref|).  Then all
 candidates of a shape are timed interleaved (micro.interleave: round-robin, medians of wall and of
 process CPU ms per call; device-resident inputs; the call is synchronous).  Dispatch counts are
@@ -434,7 +437,31 @@ def module_wino_m(h, c, o, m: int, tout: str = "dot", part: str = "all") -> str:
     return "module @model {\n" + "\n".join(L) + "\n}\n"
 
 
+def module_chunked(h, c, o, k: int) -> str:
+    """f4/bcast2 over k batch chunks of B/k: slices of x, one call per chunk, y concatenated."""
+    global B
+    whole = B
+    B = whole // k
+    try:
+        body = module_wino_m(h, c, o, 4, "bcast2")
+    finally:
+        B = whole
+    body = body.replace("module @model {\n", "").rstrip().rstrip("}").replace("func.func @conv(", "func.func private @convk(")
+    b = whole // k
+    xt, wt, yt = t(h, b, h, c), t(o, c, 3, 3), t(h, b, h, o)
+    L = [f"func.func @conv(%x: {t(h, whole, h, c)}, %w: {wt}) -> {t(h, whole, h, o)} {{"]
+    for i in range(k):
+        L.append(f"  %x{i} = stablehlo.slice %x [0:{h}, {i * b}:{(i + 1) * b}, 0:{h}, 0:{c}] : ({t(h, whole, h, c)}) -> {xt}")
+        L.append(f"  %y{i} = func.call @convk(%x{i}, %w) : ({xt}, {wt}) -> {yt}")
+    L.append(f"  %y = stablehlo.concatenate {', '.join(f'%y{i}' for i in range(k))}, dim = 1 : "
+             f"({', '.join([yt] * k)}) -> {t(h, whole, h, o)}")
+    L.append(f"  return %y : {t(h, whole, h, o)}\n}}")
+    return "module @model {\n" + body + "\n" + "\n".join(L) + "\n}\n"
+
+
 def module_text(form, h, c, o) -> str:
+    if re.fullmatch(r"f4x\d+", form):
+        return module_chunked(h, c, o, int(form[3:]))
     if form == "lmc":
         return module_lmc(h, c, o)
     if form == "lmc+P":
