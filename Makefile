@@ -59,7 +59,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/python -m pyflakes lmc tests benchmarks
 
 bench: $(BENCH_STAMP)  ## lmc vs JAX vs PyTorch on the four reference nets; writes benchmarks/RESULTS.md
-	$(BIN)/python benchmarks/run.py --compile-only --results benchmarks/RESULTS.md
+	$(BIN)/python benchmarks/run.py --compile-only --dispatch-profile --results benchmarks/RESULTS.md
 
 docs: $(RUN_STAMP)  ## rewrite the registry tables of docs/spec.md (layers, losses, optimizers, datasets)
 	$(BIN)/python tools/gendocs.py

@@ -451,7 +451,8 @@ def results_md(rows, m, steps, peaks: dict | None = None) -> str:
            "are the direct convolution's: lmc's Winograd convs multiply 2.25–4× less, so a conv net's row can "
            "exceed 100%."
            + (" `top-5 dispatches`: the share of lmc's dispatch time per step spent in its 5 costliest "
-              "dispatches, of the dispatches per step (benchmarks/dispatch_profile.py)."
+              "dispatches, of the dispatches per step (`lmc bench --profile`'s profile of the fused @train_step, "
+              "`--dispatch-profile`; on the host's ISA only, so the AVX2 lines have none)."
               if any(r.get("dispatches") for r in rows) else ""),
            "- lmc, JAX and PyTorch run the same net (built from lmc's primitive graph, benchmarks/peers.py), "
            "same batch, same optimizer; state stays on the device between steps in all of them.",

@@ -65,12 +65,11 @@ def test_the_bench_tables_carry_gflops_peak_share_and_cold_start():
 
 
 def test_the_dispatch_profile_leaves_the_first_call_out():
-    """benchmarks/dispatch_profile.py's rows from recorded events (no measurement): the first
-    call's dispatches (its first touches of the step's memory) are not in the table."""
+    """The profile's rows from recorded events (no measurement; lmc/train/profile.py, which
+    benchmarks/dispatch_profile.py uses): the first call's dispatches (its first touches of the
+    step's memory) are not in the table."""
     import json
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import dispatch_profile
+    from lmc.train import profile as dispatch_profile
 
     def ev(sub, key, ns):
         return json.dumps({"type": "host_dispatch_event", "submission_id": sub, "key": key, "duration_ns": ns})
@@ -85,3 +84,31 @@ def test_the_dispatch_profile_leaves_the_first_call_out():
                     (2.0, 2, "train_step_dispatch_0_matmul_8x8x8_f32", "matmul")]
     share = dispatch_profile.top_share(rows, top=1)
     assert share["dispatches_per_step"] == 3 and share["dispatch_ms"] == 1.5 and share["share"] == 2.0 / 3.0
+    assert share["names"] == ["0_matmul_8x8x8_f32"] and share["top_ms"] == [1.0]
+    assert share["by_kind_ms"] == {"matmul": 1.0, "elementwise": 0.5}
+
+
+@pytest.mark.iree
+def test_bench_profile_names_the_costliest_dispatches(tmp_path):
+    """`lmc bench --profile --json`: a real profile of the train step (iree-benchmark-module,
+    iree-profile): the top dispatches are named, ordered, and their share is theirs of the
+    dispatch time; on a GPU backend the flag is refused before anything compiles."""
+    import json
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("iree.runtime")
+    env = {**os.environ, "LMC_CACHE": str(tmp_path / "cache")}
+    spec = str(ROOT / "specs" / "digits_cnn.yaml")
+    r = subprocess.run([sys.executable, "-m", "lmc.cli", "bench", spec, "--timed-steps", "1", "--no-peak",
+                        "--profile", "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)["dispatches"]
+    assert d["top"] == 5 == len(d["names"]) == len(d["top_ms"]) and d["profiled_calls"] == 10
+    assert d["top_ms"] == sorted(d["top_ms"], reverse=True) and d["top_ms"][-1] > 0
+    assert d["share"] == pytest.approx(sum(d["top_ms"]) / d["dispatch_ms"])
+    assert sum(d["by_kind_ms"].values()) == pytest.approx(d["dispatch_ms"])
+    assert d["dispatches_per_step"] > 5 and any("matmul" in n for n in d["names"])
+    r = subprocess.run([sys.executable, "-m", "lmc.cli", "bench", spec, "--backend", "cuda", "--profile"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "--profile profiles llvm-cpu's task executor only, not cuda" in r.stdout + r.stderr

@@ -32,6 +32,7 @@ from lmc.lower.options import LowerOptions, switch
 from lmc.run.dist import launch, launched_rank, launched_size
 from lmc.run.rundir import require_init, resolve_init, run_of_spec
 from lmc.train.bench import DeviceMissing, bench
+from lmc.train.profile import profile as dispatch_profile
 from lmc.train.callbacks import throughput
 from lmc.train.options import Interrupted, TrainOptions
 from lmc.train.plan import check_job
@@ -460,21 +461,27 @@ def bench_cmd(spec: SpecArg,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
               peak: Annotated[bool, typer.Option("--peak/--no-peak", help="On llvm-cpu, also measure the machine's float32 matmul peak (NumPy sgemm 4096³, all cores; a few seconds) and report the step's GFLOP/s as its fraction.")] = True,
+              profile: Annotated[bool, typer.Option("--profile", help="On llvm-cpu, also profile the train step dispatch by dispatch (IREE's host-execution profiling, 10 more steps of the fused @train_step) and report the top 5 dispatches and their share of the step's dispatch time.")] = False,
               set: SetOpt = None) -> None:
     """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
 
     Measures compile (cold and cached), load, step median/spread, images/s, achieved GFLOP/s
-    and peak memory."""
+    and peak memory; with --profile, where the step's time goes (its top 5 dispatches)."""
     with user_errors():
         net = _load(spec, set, batch)
         if net.spec.train is None:
             raise LmcError("lmc bench needs a `train:` recipe (optimizer, batch size) in the spec")
         if timed_steps < 1:
             raise LmcError(f"--timed-steps must be at least 1, got {timed_steps}")
+        if profile and resolve_backend(backend) != "llvm-cpu":
+            raise LmcError(f"--profile profiles llvm-cpu's task executor only, not {resolve_backend(backend)}",
+                           hint="drop --profile, or bench with --backend llvm-cpu")
         options = LowerOptions.from_env()
         err.print(f"lowering options: {options.describe()}")
         try:
             r = bench(net, backend, chip, steps=timed_steps, cold=cold, options=options, peak=peak)
+            if profile:
+                r["dispatches"] = dispatch_profile(net, options)
         except DeviceMissing as e:   # report what was measured (the compile), then the error
             p = e.partial
             if as_json:
@@ -499,9 +506,30 @@ def bench_cmd(spec: SpecArg,
             ("achieved GFLOP/s (3x forward FLOPs)", f"{r['train_gflops']:.1f}"
              + (f" ({100 * r['peak_fraction']:.1f}% of sgemm {r['sgemm_peak_gflops']:.0f})" if "peak_fraction" in r else "")),
             ("peak host memory", f"{r['peak_rss_mb']:.0f} MB"), ("module size", f"{r['vmfb_bytes']:,} bytes")]
+    d = r.get("dispatches")
+    if d:
+        rows += [("dispatches per step", f"{d['dispatches_per_step']:.0f} ({d['dispatch_ms']:.2f} ms of dispatch time)"),
+                 (f"top {d['top']} dispatches", f"{100 * d['share']:.1f}% of the dispatch time")]
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
+    if d:
+        _print_top_dispatches(d, r["train_modules"])
+
+
+def _print_top_dispatches(d: dict, train_modules: int) -> None:
+    """`lmc bench --profile`'s dispatch table: the costliest dispatches of the fused @train_step
+    (IREE's names: the op kind and its loop sizes), ms per step and share, then time per kind."""
+    t = Table(title=f"top {d['top']} dispatches of @train_step (over {d['profiled_calls']} calls"
+                    + (", the fused step: the timed step ran as two modules)" if train_modules > 1 else ")"))
+    t.add_column("dispatch")
+    t.add_column("ms per step", justify="right")
+    t.add_column("share", justify="right")
+    for name, ms in zip(d["names"], d["top_ms"]):
+        t.add_row(name, f"{ms:.2f}", f"{100 * ms / d['dispatch_ms']:.1f}%")
+    console.print(t)
+    console.print("by kind: " + ", ".join(f"{k} {ms:.2f} ms ({100 * ms / d['dispatch_ms']:.0f}%)"
+                                          for k, ms in d["by_kind_ms"].items()), markup=False)
 
 
 

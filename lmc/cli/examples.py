@@ -29,6 +29,7 @@ EXAMPLES: dict[str, list[str]] = {
     "layers": ["lmc layers", "lmc layers --json"],
     "schema": ["lmc schema > lmc-spec.schema.json"],
     "bench": ["lmc bench specs/digits_cnn.yaml",
+              "lmc bench specs/mnist_cnn.yaml --profile",
               "lmc bench specs/resnet18.yaml --batch 32 --timed-steps 20 --json"],
     "compare": ["lmc compare a.npy b.npy", "lmc compare a.npy b.npy --json"],
     "attack": ["lmc attack specs/digits_mlp.yaml --init runs/digits_mlp/last.npz --eps 0.05,0.1 --limit 200"],
