@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.compile import compile_module
-from lmc.core.errors import RunError
+from lmc.core.errors import TrainError
 from lmc.graph.infer import TypedNet
 from lmc.lower.lowering import abi, lower
 from lmc.lower.options import LowerOptions
@@ -48,7 +48,7 @@ def _tool(name: str) -> str:
     cand = Path(sys.executable).parent / name
     found = str(cand) if cand.exists() else shutil.which(name)
     if not found:
-        raise RunError(f"{name} not found (the dispatch profile needs IREE's runtime tools)",
+        raise TrainError(f"{name} not found (the dispatch profile needs IREE's runtime tools)",
                        hint="pip install iree-base-runtime (or `make setup`)")
     return found
 
@@ -57,7 +57,7 @@ def dispatch_rows(net: TypedNet, options: LowerOptions = LowerOptions(), reps: i
                   text: str | None = None) -> tuple[str, list[Row]]:
     """Profile net's fused @train_step over `reps` calls: (iree-benchmark-module's train_step
     lines, one row per dispatch over every call but the first).  text: the module to profile
-    instead of the lowering's (benchmarks' variants of it).  RunError with the tool's message
+    instead of the lowering's (benchmarks' variants of it).  TrainError with the tool's message
     when one fails."""
     if text is None:
         text = lower(net, functions="train_step", options=options)
@@ -83,12 +83,12 @@ def dispatch_rows(net: TypedNet, options: LowerOptions = LowerOptions(), reps: i
                "--device_profiling_mode=host-execution", f"--device_profiling_output={prof}", *ins]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
-            raise RunError(f"iree-benchmark-module failed on {net.spec.name}'s train step: {r.stderr.strip()[-1500:]}")
+            raise TrainError(f"iree-benchmark-module failed on {net.spec.name}'s train step: {r.stderr.strip()[-1500:]}")
         line = "\n".join(l for l in r.stdout.splitlines() if "train_step" in l)
         s = subprocess.run([_tool("iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(prof)],
                            capture_output=True, text=True)
         if s.returncode != 0:
-            raise RunError(f"iree-profile failed: {s.stderr.strip()[-1500:]}")
+            raise TrainError(f"iree-profile failed: {s.stderr.strip()[-1500:]}")
         return line, rows(s.stdout)
 
 
@@ -149,5 +149,5 @@ def profile(net: TypedNet, options: LowerOptions = LowerOptions(), reps: int = 1
     _, rs = dispatch_rows(net, options, reps)
     share = top_share(rs, top)
     if share is None:
-        raise RunError(f"the dispatch profile of {net.spec.name}'s train step has no dispatch events")
+        raise TrainError(f"the dispatch profile of {net.spec.name}'s train step has no dispatch events")
     return {**share, "profiled_calls": reps}
