@@ -222,6 +222,10 @@ class Module:
             return self._loaded[fn]
         if fn in self._later:
             vmfb = str(self._later.pop(fn)())       # waits for its compile if it still runs
+            # the new context's initializer runs on the device outside the timeline: let the
+            # queued calls finish first (defensive: an initializer beside queued calls is the
+            # suspect of one FAILED_PRECONDITION on a transient buffer in an async test run)
+            self.timeline.drain()
             ctx = self.rt.SystemContext(vm_modules=[self.rt.VmModule.mmap(self.config.vm_instance, vmfb)],
                                         config=self.config)
             self._contexts.append(ctx)
