@@ -86,6 +86,9 @@ def test_the_dispatch_profile_leaves_the_first_call_out():
     assert share["dispatches_per_step"] == 3 and share["dispatch_ms"] == 1.5 and share["share"] == 2.0 / 3.0
     assert share["names"] == ["0_matmul_8x8x8_f32"] and share["top_ms"] == [1.0]
     assert share["by_kind_ms"] == {"matmul": 1.0, "elementwise": 0.5}
+    assert [dispatch_profile.kind(n) for n in ("batch_mmt4d_13x12x48x320x16x16x1_f32", "pack_12x260_f32",
+                                               "elementwise_transpose_64x8_f32", "matvec_like_192x4160_f32")] == \
+        ["mmt4d", "pack", "transpose", "matmul"]
 
 
 @pytest.mark.iree

@@ -37,8 +37,8 @@ TOP = 5                 # the dispatches `lmc bench --profile` names
 _KEY = re.compile(r"\S+_dispatch_\d+_(\S+)")
 # a dispatch name's kind, by the first of these words in it (transposes first: IREE names a
 # fused one `elementwise_transpose_…`)
-_KINDS = (("transpose", "transpose"), ("matmul", "matmul"), ("matvec", "matmul"), ("conv", "conv"),
-          ("reduction", "reduction"), ("memcpy", "copy"), ("elementwise", "elementwise"))
+_KINDS = (("transpose", "transpose"), ("matmul", "matmul"), ("matvec", "matmul"), ("mmt4d", "mmt4d"),
+          ("conv", "conv"), ("reduction", "reduction"), ("memcpy", "copy"), ("elementwise", "elementwise"))
 
 Row = tuple[float, int, str, str]       # total ms, calls, dispatch name, kind
 
@@ -104,8 +104,8 @@ def transients_size(vmfb, fn: str) -> int | None:
 
 
 def kind(name: str) -> str:
-    """A dispatch's kind from its name's tail (`matmul_8x8x8_f32` → matmul; else its first word:
-    mmt4d, pack, unpack, softmax …)."""
+    """A dispatch's kind from its name's tail (`matmul_8x8x8_f32` → matmul, `batch_mmt4d_…` →
+    mmt4d, the packed matmuls; else its first word: pack, unpack, softmax …)."""
     return next((k for word, k in _KINDS if word in name), name.split("_")[0])
 
 
