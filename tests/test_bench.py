@@ -95,7 +95,7 @@ def test_the_dispatch_profile_leaves_the_first_call_out():
 def test_bench_profile_names_the_costliest_dispatches(tmp_path):
     """`lmc bench --profile --json`: a real profile of the train step (iree-benchmark-module,
     iree-profile): the top dispatches are named, ordered, and their share is theirs of the
-    dispatch time; on a GPU backend the flag is refused before anything compiles."""
+    dispatch time; on a GPU backend the flag is refused (exit 2)."""
     import json
     import os
     import subprocess

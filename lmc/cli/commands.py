@@ -461,7 +461,7 @@ def bench_cmd(spec: SpecArg,
               as_json: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
               cold: Annotated[bool, typer.Option("--cold", help="Also measure a cold compile (into an empty temporary cache), even if the module is cached.")] = False,
               peak: Annotated[bool, typer.Option("--peak/--no-peak", help="On llvm-cpu, also measure the machine's float32 matmul peak (NumPy sgemm 4096³, all cores; a few seconds) and report the step's GFLOP/s as its fraction.")] = True,
-              profile: Annotated[bool, typer.Option("--profile", help="On llvm-cpu, also profile the train step dispatch by dispatch (IREE's host-execution profiling, 10 more steps of the fused @train_step) and report the top 5 dispatches and their share of the step's dispatch time.")] = False,
+              profile: Annotated[bool, typer.Option("--profile", help="On llvm-cpu, also profile the train step dispatch by dispatch (IREE's host-execution profiling over 11 more steps of the fused @train_step, the first left out) and report the top 5 dispatches and their share of the step's dispatch time.")] = False,
               set: SetOpt = None) -> None:
     """Time SPEC's compiled train step and forward on synthetic data of the spec's shapes.
 

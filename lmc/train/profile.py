@@ -13,6 +13,7 @@ share of the step's dispatch time, so a step whose time sits in a handful of dis
 matmul to fix) is told apart from one spread over hundreds (fusion, memory traffic)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -49,7 +50,7 @@ def _tool(name: str) -> str:
     found = str(cand) if cand.exists() else shutil.which(name)
     if not found:
         raise TrainError(f"{name} not found (the dispatch profile needs IREE's runtime tools)",
-                       hint="pip install iree-base-runtime (or `make setup`)")
+                         hint="pip install iree-base-runtime (or `make setup`)")
     return found
 
 
@@ -57,8 +58,10 @@ def dispatch_rows(net: TypedNet, options: LowerOptions = LowerOptions(), reps: i
                   text: str | None = None) -> tuple[str, list[Row]]:
     """Profile net's fused @train_step over `reps` calls: (iree-benchmark-module's train_step
     lines, one row per dispatch over every call but the first).  text: the module to profile
-    instead of the lowering's (benchmarks' variants of it).  TrainError with the tool's message
-    when one fails."""
+    instead of the lowering's (benchmarks' variants of it).  The module is compiled with the
+    synchronous ABI whatever `options.invocation` says (iree-benchmark-module calls it that
+    way; the dispatches are the same).  TrainError with the tool's message when one fails."""
+    options = dataclasses.replace(options, invocation="sync")
     if text is None:
         text = lower(net, functions="train_step", options=options)
     c = compile_module(text, options=options)
