@@ -16,7 +16,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from lmc.core.errors import CompileError
 from lmc.core.fields import did_you_mean
+from lmc.core.tools import installed
 from lmc.lower.lowering import ASYNC, PACKED, PACKED_DENSE, PACKED_INTEL
 from lmc.lower.options import LowerOptions
 
@@ -38,10 +38,7 @@ def cache_dir() -> Path:
 
 def find_compiler() -> str:
     """iree-compile next to this Python (the pip wheel), else on PATH."""
-    cand = Path(sys.executable).parent / "iree-compile"
-    if cand.exists():
-        return str(cand)
-    found = shutil.which("iree-compile")
+    found = installed("iree-compile")
     if found:
         return found
     raise CompileError("iree-compile not found", hint="pip install iree-base-compiler (or `make setup`)")

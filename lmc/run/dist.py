@@ -27,7 +27,6 @@ import json
 import pickle
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from lmc.core.errors import RunError, TrainError
+from lmc.core.tools import installed
 
 BUCKET_BYTES = 25 * 2 ** 20        # DDP's default bucket size
 DEFAULT_TIMEOUT = 300.0            # seconds a rank waits for the others in a collective
@@ -269,14 +269,9 @@ def shard(a: np.ndarray, rank: int, size: int) -> np.ndarray:
 # ------------------------------------------------------------------ the launcher side
 def mpiexec() -> str:
     """The MPI launcher: the one installed next to this Python (the MPICH wheel), else PATH's."""
-    here = Path(sys.executable).parent
-    for name in ("mpiexec", "mpirun"):
-        if (here / name).exists():
-            return str(here / name)
-    for name in ("mpiexec", "mpirun"):
-        p = shutil.which(name)
-        if p:
-            return p
+    found = installed("mpiexec", "mpirun")
+    if found:
+        return found
     raise RunError("--nproc needs an MPI launcher (mpiexec), and none is installed",
                      hint="pip install 'lmc[dist]' (mpi4py and the MPICH wheel, which ships mpiexec)")
 

@@ -17,9 +17,7 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import numpy as np
 
 from lmc.compile import compile_module
 from lmc.core.errors import TrainError
+from lmc.core.tools import installed
 from lmc.graph.infer import TypedNet
 from lmc.lower.lowering import abi, lower
 from lmc.lower.options import LowerOptions
@@ -46,8 +45,7 @@ Row = tuple[float, int, str, str]       # total ms, calls, dispatch name, kind
 
 def _tool(name: str) -> str:
     """An IREE runtime tool next to this Python (the pip wheel), else on PATH."""
-    cand = Path(sys.executable).parent / name
-    found = str(cand) if cand.exists() else shutil.which(name)
+    found = installed(name)
     if not found:
         raise TrainError(f"{name} not found (the dispatch profile needs IREE's runtime tools)",
                          hint="pip install iree-base-runtime (or `make setup`)")
