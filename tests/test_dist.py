@@ -321,11 +321,52 @@ def test_the_launcher_prints_a_rank_message_the_abort_cut_off(tmp_path):
     said: list[str] = []
     code = "from lmc.run.dist import report; report('error: rank 0: lost words'); raise SystemExit(3)"
     rc = _supervise([sys.executable, "-c", code], {**ENV, "LMC_DIST_REPORT": str(rep)}, said.append,
-                    tmp_path / "metrics.jsonl", rep)
+                    tmp_path / "metrics.jsonl", rep, None)
     assert rc == 3 and said == ["error: rank 0: lost words"]
     code = "import sys; from lmc.run.dist import report; print('error: seen', file=sys.stderr); report('error: seen')"
     rep.unlink()
     said.clear()
     assert _supervise([sys.executable, "-c", code], {**ENV, "LMC_DIST_REPORT": str(rep)}, said.append,
-                      tmp_path / "metrics.jsonl", rep) == 0
+                      tmp_path / "metrics.jsonl", rep, None) == 0
     assert said == []                                # printed once, not twice
+
+
+# A stand-in for the launcher in the case it gets wrong: rank 1 is killed, its clean-up kills
+# rank 0 with the same signal, and its report names rank 0 (MPICH's report under load, seen in CI).
+_MISREPORT = """
+import os, signal, subprocess, sys, time
+hold = "from lmc.run.lifeline import hold; import sys, time; s = hold(int(sys.argv[1])); print(s is not None, flush=True); time.sleep(60)"
+ranks = [subprocess.Popen([sys.executable, "-c", hold, str(r)], stdout=subprocess.PIPE, text=True) for r in range(2)]
+held = [p.stdout.readline().strip() for p in ranks]   # each rank holds its line (or has none) before it dies
+open(sys.argv[1], "w").write('{"kind": "header", "pids": [%d, %d]}\\n' % (ranks[0].pid, ranks[1].pid))
+os.kill(ranks[1].pid, signal.SIGKILL); ranks[1].wait()
+time.sleep(0.3)
+os.kill(ranks[0].pid, signal.SIGKILL); ranks[0].wait()
+print("=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\\n=   PID %d RUNNING AT vm\\n=   EXIT CODE: 9" % ranks[0].pid)
+print("YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)")
+print(ranks[1].pid, file=sys.stderr)
+sys.exit(137)
+"""
+
+
+def test_the_rank_that_died_first_is_named_even_when_the_launcher_names_another(tmp_path):
+    """Each rank holds a lifeline socket to the launcher side; the first to close names the rank
+    that went first, not the one the launcher's report happens to name."""
+    from lmc.run.dist import _supervise
+    from lmc.run.lifeline import ENV as LIFELINE, Lifelines
+    metrics, rep = tmp_path / "metrics.jsonl", tmp_path / "report.log"
+    said: list[str] = []
+    lines = Lifelines()
+    try:
+        rc = _supervise([sys.executable, "-c", _MISREPORT, str(metrics)], {**ENV, LIFELINE: lines.path},
+                        said.append, metrics, rep, lines)
+    finally:
+        lines.close()
+    pids = json.loads(metrics.read_text())["pids"]
+    assert rc == 1 and len(said) == 1, said
+    assert f"rank 1 (pid {pids[1]} on " in said[0] and "killed by signal 9" in said[0], said
+    # without lifelines the launcher's report is all there is
+    said.clear()
+    assert _supervise([sys.executable, "-c", _MISREPORT, str(metrics)], ENV, said.append, metrics, rep, None) == 1
+    pids = json.loads(metrics.read_text())["pids"]
+    assert f"rank 0 (pid {pids[0]} on vm)" in said[0], said

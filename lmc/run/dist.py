@@ -19,7 +19,8 @@ Open MPI: OMPI_COMM_WORLD_*; Slurm's PMI via the same variables).  A single-proc
 
 Failure: every collective waits with a deadline (`timeout` seconds, `--dist-timeout`): a rank
 that died or hangs makes the others stop with an error naming the step, and MPI_Abort ends the
-job (the launcher itself reports a rank killed by a signal: `launch` names it)."""
+job (the launcher itself reports a rank killed by a signal: `launch` names it, the rank that died
+first by its lifeline, `lmc.run.lifeline`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -40,6 +41,7 @@ import numpy as np
 
 from lmc.core.errors import RunError, TrainError
 from lmc.core.tools import installed
+from lmc.run import lifeline
 
 BUCKET_BYTES = 25 * 2 ** 20        # DDP's default bucket size
 DEFAULT_TIMEOUT = 300.0            # seconds a rank waits for the others in a collective
@@ -87,6 +89,7 @@ class Mpi:
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
+        self._lifeline = lifeline.hold(self.rank)   # closed by the kernel when this process ends
         self.timeout = timeout
         self.step = 0                       # for messages: the step of the collective waited on
         self.reduce_seconds = 0.0           # host time in sum_buffers (copies + all-reduce + wait)
@@ -320,12 +323,19 @@ def launch(argv: list[str], nproc: int, devices: list[str] | None, console_err, 
     os.close(fd)
     env["LMC_DIST_REPORT"] = report_path
     try:
-        return _supervise(cmd, env, console_err, metrics, Path(report_path))
+        lines = lifeline.Lifelines()
+        env[lifeline.ENV] = lines.path
+    except OSError:                              # no Unix socket here: the launcher's report alone
+        lines = None
+    try:
+        return _supervise(cmd, env, console_err, metrics, Path(report_path), lines)
     finally:
         Path(report_path).unlink(missing_ok=True)
+        if lines:
+            lines.close()
 
 
-def _supervise(cmd, env, console_err, metrics: Path, report_path: Path) -> int:
+def _supervise(cmd, env, console_err, metrics: Path, report_path: Path, lines) -> int:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     seen: list[str] = []
 
@@ -361,6 +371,9 @@ def _supervise(cmd, env, console_err, metrics: Path, report_path: Path) -> int:
         # noticed the loss and aborted on its own can be reported first), else the first reported
         pid, host, code = next((d for d in died if sig and d[2] == int(sig.group(2))), died[0])
         who = f"rank {pids.index(pid)} (pid {pid} on {host})" if pid in pids else f"a rank (pid {pid} on {host})"
+        first = lines.close() if lines else None
+        if first and first[1] != pid:            # the launcher named a rank its clean-up killed
+            who = f"rank {first[0]} (pid {first[1]} on {first[2]})"
         how = (f"was killed by signal {sig.group(2)} ({sig.group(1).strip()})" if sig
                else f"exited with code {code}")
         if code in (2, 130) and not sig:
