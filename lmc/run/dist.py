@@ -372,7 +372,8 @@ def _supervise(cmd, env, console_err, metrics: Path, report_path: Path, lines) -
         pid, host, code = next((d for d in died if sig and d[2] == int(sig.group(2))), died[0])
         who = f"rank {pids.index(pid)} (pid {pid} on {host})" if pid in pids else f"a rank (pid {pid} on {host})"
         first = lines.close() if lines else None
-        if first and first[1] != pid:            # the launcher named a rank its clean-up killed
+        # the launcher named a rank its clean-up killed (trusted only when every rank held a line)
+        if first and first[1] != pid and lines.held >= len(pids) > 0:
             who = f"rank {first[0]} (pid {first[1]} on {first[2]})"
         how = (f"was killed by signal {sig.group(2)} ({sig.group(1).strip()})" if sig
                else f"exited with code {code}")

@@ -37,11 +37,13 @@ def hold(rank: int) -> socket.socket | None:
 
 class Lifelines:
     """The launcher's side: accepts the ranks' lifelines on a helper thread and keeps the
-    first rank whose line closed alone (`first`: (rank, pid, host)).  Two lines closing within
-    one wake-up of the thread cannot be ordered: `first` stays None then."""
+    first rank whose line closed alone (`first`: (rank, pid, host)) and how many lines were
+    held (`held`: fewer than the ranks when some ran on another host, whose end cannot be seen).
+    Two lines closing within one wake-up of the thread cannot be ordered: `first` stays None then."""
 
     def __init__(self):
         self.first: tuple[int, int, str] | None = None
+        self.held = 0
         self._dir = tempfile.mkdtemp(prefix="lmc-dist-")
         self.path = os.path.join(self._dir, "lifeline")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -76,6 +78,7 @@ class Lifelines:
             except OSError:
                 return False
             self._sel.register(conn, selectors.EVENT_READ, bytearray())
+            self.held += 1
             return False
         try:
             chunk = key.fileobj.recv(256)
