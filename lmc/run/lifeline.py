@@ -47,8 +47,13 @@ class Lifelines:
         self._dir = tempfile.mkdtemp(prefix="lmc-dist-")
         self.path = os.path.join(self._dir, "lifeline")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.path)
-        self._sock.listen(256)
+        try:
+            self._sock.bind(self.path)             # fails on a socket path over ~100 bytes
+            self._sock.listen(256)
+        except OSError:
+            self._sock.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self._sock.setblocking(False)
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._sock, selectors.EVENT_READ, None)
